@@ -1,0 +1,39 @@
+"""Run blocking sqlite3 work off the trio event loop, one call at a time per database.
+
+Job: `DbThread.run(fn, *args)` executes `fn(*args)` on a worker thread and returns its result (or
+re-raises its exception) to the calling task, so that fsync-heavy SQLite commits never stall the
+event loop.
+
+Invariants:
+- One `DbThread` per database, and at most one call in flight per `DbThread`: every call goes
+  through the instance's own `CapacityLimiter(1)`, so calls are strictly serialized in the order
+  the limiter grants them (FIFO). A sqlite3 connection is therefore never used by two threads at
+  the same time, and the storage classes need no locks of their own.
+- Consecutive calls may land on *different* pool threads, which is why the connections used
+  through a `DbThread` are opened with `check_same_thread=False`; that is safe only because of
+  the serialization above.
+- Cancelling a caller does not abandon its thread: trio waits for `fn` to return (the default
+  `abandon_on_cancel=False`), so a cancelled call still holds the limiter until the database work
+  is really over and the next call cannot overlap it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar, TypeVarTuple, Unpack
+
+import trio
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+
+class DbThread:
+    """Serializes blocking calls against one database onto trio's worker threads."""
+
+    def __init__(self) -> None:
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def run(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
+        """Run `fn(*args)` in a worker thread once no other call on this database is running."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)

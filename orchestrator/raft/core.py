@@ -1,0 +1,778 @@
+"""The Raft consensus core: a deterministic state machine with no I/O, clock or global randomness.
+
+Theory of operation
+-------------------
+The driver feeds the core four kinds of input — `tick()` (abstract time), `step(message)` (a
+message from a peer), `propose(...)` / `propose_conf_change(...)` / `read_index(...)` /
+`transfer_leadership(...)` (local requests) — and repeatedly takes a `Ready` batch of output:
+
+    rd = core.ready()
+    persist rd.snapshot, rd.entries and rd.hard_state   (one durable transaction)
+    send rd.messages                                    (only after the persist)
+    apply rd.snapshot, then rd.committed entries        (to the state machine)
+    core.advance(rd)
+
+Nothing else changes the core between `ready()` and `advance()`. Randomness (the election
+timeout jitter) comes from the `random.Random` passed in, so a seed replays a run exactly.
+
+The algorithm follows the Raft paper and etcd-io/raft:
+- elections with pre-vote (a partitioned node does not inflate terms) and check-quorum (a leader
+  that has not heard from a quorum for an election timeout steps down; followers that heard from
+  a leader within that time ignore disruptive vote requests: the "leader lease");
+- replication with batching (a `Ready` carries every proposal since the last one), pipelining
+  (up to `max_inflight` appends in flight per follower) and fast back-off on mismatch (the
+  follower's hint skips a whole divergent term per round trip);
+- a leader only commits entries of its own term by counting replicas (§5.4.2), and appends an
+  empty entry when elected so that happens promptly;
+- snapshots: the driver compacts the log after saving a state-machine snapshot; followers behind
+  the compaction point are sent a SNAP message whose data the driver fills in;
+- single-server membership changes (add learner, add/promote voter, remove) as log entries, one
+  at a time, taking effect when applied; learners replicate but never vote or count;
+- ReadIndex: a read is linearizable once the state machine has applied the commit index the
+  leader had when a quorum confirmed it was still leader (followers forward to the leader);
+- leadership transfer: the leader brings the target up to date and tells it to campaign now.
+
+Invariants (checked by the simulation): at most one leader per term; logs that share an
+(index, term) are identical up to it; committed entries are never lost or changed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .progress import Progress, ProgressState
+from .raftlog import RaftLog
+from .types import (
+    NONE,
+    ConfChange,
+    ConfChangeType,
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Message,
+    MsgType,
+    NodeId,
+    ProposalDropped,
+    Ready,
+    ReadState,
+    Role,
+    Snapshot,
+    SnapshotMeta,
+    SoftState,
+)
+
+TRANSFER_CONTEXT = b"transfer"  # marks a campaign caused by leadership transfer
+
+
+@dataclass(frozen=True, slots=True)
+class RaftConfig:
+    id: NodeId
+    election_tick: int = 10
+    heartbeat_tick: int = 1
+    pre_vote: bool = True
+    check_quorum: bool = True
+    max_inflight: int = 64
+    max_msg_bytes: int = 1 << 20
+    max_apply_entries: int = 4096
+
+
+@dataclass(slots=True)
+class _ReadRequest:
+    index: int
+    frm: NodeId  # NONE: a local request; else a follower to answer with READ_INDEX_RESP
+    acks: set[NodeId]
+
+
+def bootstrap(voters: Iterable[NodeId]) -> tuple[HardState, list[Entry]]:
+    """The persisted state every founding member of a new cluster starts from: one committed
+    ADD_VOTER entry per founder, so a member that joins later learns the founders by
+    replicating the log like any other entry."""
+    entries = [
+        Entry(1, i, EntryType.CONF_CHANGE, ConfChange(ConfChangeType.ADD_VOTER, nid).encode())
+        for i, nid in enumerate(sorted(voters), start=1)
+    ]
+    return HardState(term=1, vote=NONE, commit=len(entries)), entries
+
+
+def quorum_index(matches: list[int]) -> int:
+    """The largest index that a majority of `matches` have reached."""
+    s = sorted(matches, reverse=True)
+    return s[len(s) // 2]
+
+
+class RaftCore:
+    def __init__(
+        self,
+        config: RaftConfig,
+        rng: random.Random,
+        *,
+        hard_state: HardState = HardState(),
+        snapshot: SnapshotMeta = SnapshotMeta(),
+        entries: Iterable[Entry] = (),
+        applied: int = 0,
+    ) -> None:
+        """Start (or restart from persisted state) a node.
+
+        `snapshot.conf` is the membership at the snapshot point; committed conf-change entries
+        after it are replayed here. A brand-new cluster's founders start from `bootstrap()`; a
+        node that joins an existing cluster starts empty and learns the membership from the
+        leader. `applied` is the state machine's applied index: committed entries after it are
+        handed out again, the ones before it are not."""
+        self.cfg = config
+        self.id = config.id
+        self.rng = rng
+        self.log = RaftLog(snapshot, list(entries), hard_state.commit)
+        self.term = hard_state.term
+        self.vote = hard_state.vote
+        self.lead: NodeId = NONE
+        self.role = Role.FOLLOWER
+        self.conf = snapshot.conf
+        self.prs: dict[NodeId, Progress] = {}
+        self.votes: dict[NodeId, bool] = {}
+        self.msgs: list[Message] = []
+        self.read_states: list[ReadState] = []
+        self.notes: list[str] = []
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_timeout = 0
+        self.lead_transferee: NodeId = NONE
+        self.pending_conf_index = 0
+        self.reads: dict[bytes, _ReadRequest] = {}  # insertion order = request order
+        self.pending_reads: list[tuple[bytes, NodeId]] = []  # waiting for a commit in our term
+        # Membership as of the commit index: conf changes are effective when committed entries
+        # are applied; on restart, replay the ones between the snapshot and the commit index.
+        for e in self.log.entries:
+            if e.index > self.log.committed:
+                break
+            if e.type is EntryType.CONF_CHANGE:
+                self._apply_conf_change(ConfChange.decode(e.data))
+        self.log.applied = max(self.log.offset, min(applied, self.log.committed))
+        self.prev_hs = HardState(self.term, self.vote, self.log.committed)
+        self.prev_ss = SoftState(NONE, Role.FOLLOWER, self.term)
+        self._reset_prs()
+        self.become_follower(self.term, NONE)
+
+    # ------------------------------------------------------------------ observation
+    def soft_state(self) -> SoftState:
+        return SoftState(self.lead, self.role, self.term)
+
+    def hard_state(self) -> HardState:
+        return HardState(self.term, self.vote, self.log.committed)
+
+    def promotable(self) -> bool:
+        return self.id in self.conf.voters
+
+    def status(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "term": self.term,
+            "role": self.role.name.lower(),
+            "leader": self.lead,
+            "commit": self.log.committed,
+            "applied": self.log.applied,
+            "last_index": self.log.last_index(),
+            "first_index": self.log.first_index(),
+            "voters": sorted(self.conf.voters),
+            "learners": sorted(self.conf.learners),
+            "progress": {
+                pid: {"match": p.match, "next": p.next, "state": p.state.name.lower(),
+                      "learner": p.is_learner}
+                for pid, p in sorted(self.prs.items())
+            }
+            if self.role is Role.LEADER
+            else {},
+        }
+
+    # ------------------------------------------------------------------ role transitions
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.vote = NONE
+        self.lead = NONE
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_timeout = self.cfg.election_tick + self.rng.randrange(self.cfg.election_tick)
+        self.votes = {}
+        self.lead_transferee = NONE
+        self.reads.clear()
+        self.pending_reads.clear()
+        self._reset_prs()
+
+    def _reset_prs(self) -> None:
+        last = self.log.last_index()
+        self.prs = {
+            pid: Progress(last + 1, self.cfg.max_inflight, pid in self.conf.learners)
+            for pid in self.conf.members()
+        }
+        if self.id in self.prs:
+            self.prs[self.id].match = last
+
+    def become_follower(self, term: int, lead: NodeId) -> None:
+        self._reset(term)
+        self.role = Role.FOLLOWER
+        self.lead = lead
+
+    def _become_pre_candidate(self) -> None:
+        # Pre-vote does not change term or vote: a node that cannot win disrupts nobody.
+        self.role = Role.PRE_CANDIDATE
+        self.lead = NONE
+        self.votes = {}
+
+    def _become_candidate(self) -> None:
+        self._reset(self.term + 1)
+        self.vote = self.id
+        self.role = Role.CANDIDATE
+
+    def _become_leader(self) -> None:
+        self._reset(self.term)
+        self.role = Role.LEADER
+        self.lead = self.id
+        for pr in self.prs.values():
+            pr.recent_active = True
+        # An empty entry of our term lets us commit (and serve reads) promptly, and no
+        # membership change may be proposed until everything before it is applied.
+        self._append([Entry(self.term, self.log.last_index() + 1)])
+        self.pending_conf_index = self.log.last_index()
+        self.notes.append(f"became leader at term {self.term}")
+
+    # ------------------------------------------------------------------ time
+    def tick(self) -> None:
+        if self.role is Role.LEADER:
+            self._tick_heartbeat()
+        else:
+            self.election_elapsed += 1
+            if self.promotable() and self.election_elapsed >= self.randomized_timeout:
+                self.election_elapsed = 0
+                self._campaign(pre=self.cfg.pre_vote, transfer=False)
+
+    def _tick_heartbeat(self) -> None:
+        self.heartbeat_elapsed += 1
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.cfg.election_tick:
+            self.election_elapsed = 0
+            if self.cfg.check_quorum:
+                if not self._quorum_active():
+                    self.notes.append(f"stepping down at term {self.term}: quorum not heard from")
+                    self.become_follower(self.term, NONE)
+                    return
+                for pid, pr in self.prs.items():
+                    pr.recent_active = pid == self.id
+            if self.lead_transferee != NONE:
+                self.notes.append(f"leadership transfer to {self.lead_transferee} timed out")
+                self.lead_transferee = NONE
+        if self.heartbeat_elapsed >= self.cfg.heartbeat_tick:
+            self.heartbeat_elapsed = 0
+            self._bcast_heartbeat(self._last_read_context())
+
+    def _quorum_active(self) -> bool:
+        active = sum(
+            1 for pid in self.conf.voters if pid == self.id or (pid in self.prs and self.prs[pid].recent_active)
+        )
+        return active * 2 > len(self.conf.voters)
+
+    # ------------------------------------------------------------------ elections
+    def _campaign(self, *, pre: bool, transfer: bool) -> None:
+        if pre:
+            self._become_pre_candidate()
+            kind, term = MsgType.PRE_VOTE, self.term + 1
+        else:
+            self._become_candidate()
+            kind, term = MsgType.VOTE, self.term
+        if self._poll(self.id, True) == "won":
+            # A single-voter cluster wins at once.
+            if pre:
+                self._campaign(pre=False, transfer=transfer)
+            else:
+                self._become_leader()
+            return
+        ctx = TRANSFER_CONTEXT if transfer else b""
+        for pid in sorted(self.conf.voters):
+            if pid != self.id:
+                self._send(Message(kind, pid, self.id, term, log_term=self.log.last_term(),
+                                   index=self.log.last_index(), context=ctx))
+
+    def _poll(self, pid: NodeId, granted: bool) -> str:
+        if pid in self.conf.voters:
+            self.votes.setdefault(pid, granted)
+        yes = sum(1 for v in self.votes.values() if v)
+        no = len(self.votes) - yes
+        quorum = len(self.conf.voters) // 2 + 1
+        if yes >= quorum:
+            return "won"
+        if no >= quorum:
+            return "lost"
+        return "pending"
+
+    # ------------------------------------------------------------------ messages in
+    def step(self, m: Message) -> None:
+        if not self._accept_sender(m):
+            return
+        if m.term > self.term:
+            if m.type in (MsgType.VOTE, MsgType.PRE_VOTE):
+                forced = m.context == TRANSFER_CONTEXT
+                in_lease = (
+                    self.cfg.check_quorum and self.lead != NONE
+                    and self.election_elapsed < self.cfg.election_tick
+                )
+                if in_lease and not forced:
+                    return  # we heard from a live leader recently: ignore the disruption
+            if m.type is MsgType.PRE_VOTE or (m.type is MsgType.PRE_VOTE_RESP and not m.reject):
+                pass  # pre-votes never change our term
+            elif m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP):
+                self.become_follower(m.term, m.frm)
+            else:
+                self.become_follower(m.term, NONE)
+        elif m.term < self.term:
+            if m.type in (MsgType.APP, MsgType.HEARTBEAT):
+                # A deposed leader (e.g. after a partition heals) learns our term from this.
+                self._send(Message(MsgType.APP_RESP, m.frm, self.id, self.term))
+            elif m.type is MsgType.PRE_VOTE:
+                self._send(Message(MsgType.PRE_VOTE_RESP, m.frm, self.id, self.term, reject=True))
+            return
+
+        if m.type in (MsgType.VOTE, MsgType.PRE_VOTE):
+            self._handle_vote_request(m)
+        elif self.role is Role.LEADER:
+            self._step_leader(m)
+        elif self.role is Role.FOLLOWER:
+            self._step_follower(m)
+        else:
+            self._step_candidate(m)
+
+    def _accept_sender(self, m: Message) -> bool:
+        members = self.conf.members()
+        if m.frm == self.id or m.to != self.id:
+            self.notes.append(f"dropped {m.type.name} from {m.frm} to {m.to}: misaddressed")
+            return False
+        if not members or m.frm in members:
+            return True
+        # A leader we do not know yet (we lag behind the entry that added it) is legitimate: it
+        # was elected by a quorum. Anything else from a non-member is dropped.
+        if m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP) and m.term >= self.term:
+            return True
+        self.notes.append(f"dropped {m.type.name} from non-member {m.frm}")
+        return False
+
+    def _handle_vote_request(self, m: Message) -> None:
+        pre = m.type is MsgType.PRE_VOTE
+        can_vote = (
+            self.vote == m.frm
+            or (self.vote == NONE and self.lead == NONE)
+            or (pre and m.term > self.term)
+        )
+        resp = MsgType.PRE_VOTE_RESP if pre else MsgType.VOTE_RESP
+        if can_vote and self.log.is_up_to_date(m.index, m.log_term):
+            # A pre-vote answer carries the candidate's future term so it is not discarded.
+            self._send(Message(resp, m.frm, self.id, m.term))
+            if not pre:
+                self.election_elapsed = 0
+                self.vote = m.frm
+        else:
+            self._send(Message(resp, m.frm, self.id, self.term, reject=True))
+
+    def _step_candidate(self, m: Message) -> None:
+        t = m.type
+        if t in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP):
+            self.become_follower(m.term, m.frm)
+            self._step_follower(m)
+        elif (t is MsgType.PRE_VOTE_RESP and self.role is Role.PRE_CANDIDATE) or (
+            t is MsgType.VOTE_RESP and self.role is Role.CANDIDATE
+        ):
+            result = self._poll(m.frm, not m.reject)
+            if result == "won":
+                if self.role is Role.PRE_CANDIDATE:
+                    self._campaign(pre=False, transfer=False)
+                else:
+                    self._become_leader()
+                    self._bcast_append()
+            elif result == "lost":
+                self.become_follower(self.term, NONE)
+
+    def _step_follower(self, m: Message) -> None:
+        t = m.type
+        if t is MsgType.APP:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_append(m)
+        elif t is MsgType.HEARTBEAT:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self.log.commit_to(min(m.commit, self.log.last_index()))
+            self._send(Message(MsgType.HEARTBEAT_RESP, m.frm, self.id, self.term, context=m.context))
+        elif t is MsgType.SNAP:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_snapshot(m)
+        elif t is MsgType.TIMEOUT_NOW:
+            if self.promotable():
+                self.notes.append(f"campaigning at once: leadership transfer from {m.frm}")
+                self._campaign(pre=False, transfer=True)
+        elif t is MsgType.READ_INDEX_RESP:
+            self.read_states.append(ReadState(m.index, m.context))
+
+    def _handle_append(self, m: Message) -> None:
+        log = self.log
+        if m.index < log.committed:
+            self._send(Message(MsgType.APP_RESP, m.frm, self.id, self.term, index=log.committed))
+            return
+        last_new = log.maybe_append(m.index, m.log_term, m.commit, m.entries)
+        if last_new is not None:
+            self._send(Message(MsgType.APP_RESP, m.frm, self.id, self.term, index=last_new))
+            return
+        hint = log.find_conflict_by_term(min(m.index, log.last_index()), m.log_term)
+        self._send(Message(
+            MsgType.APP_RESP, m.frm, self.id, self.term, index=m.index, reject=True,
+            reject_hint=hint, log_term=log.term(hint) or 0,
+        ))
+
+    def _handle_snapshot(self, m: Message) -> None:
+        s = m.snapshot
+        if s is None:
+            return
+        meta = s.meta
+        log = self.log
+        if meta.index <= log.committed:
+            pass  # stale: we already have everything it covers
+        elif log.match_term(meta.index, meta.term):
+            log.commit_to(meta.index)  # we hold that entry: just commit up to it
+        else:
+            log.restore(s)
+            self.conf = meta.conf
+            self._reset_prs()
+            self.notes.append(f"installing snapshot at index {meta.index} term {meta.term}")
+        self._send(Message(MsgType.APP_RESP, m.frm, self.id, self.term, index=log.last_index()))
+
+    def _step_leader(self, m: Message) -> None:
+        pr = self.prs.get(m.frm)
+        t = m.type
+        if t is MsgType.READ_INDEX:
+            self._read_index(m.context, m.frm)
+            return
+        if pr is None:
+            return
+        if t is MsgType.APP_RESP:
+            pr.recent_active = True
+            if m.reject:
+                hint = m.reject_hint
+                if m.log_term > 0:
+                    hint = self.log.find_conflict_by_term(hint, m.log_term)
+                if pr.maybe_decrease_to(m.index, hint):
+                    if pr.state is ProgressState.REPLICATE:
+                        pr.become_probe()
+                    self._send_append(m.frm)
+                return
+            was_paused = pr.is_paused()
+            if pr.maybe_update(m.index):
+                if pr.state is ProgressState.PROBE:
+                    pr.become_replicate()
+                elif pr.state is ProgressState.SNAPSHOT and pr.match >= pr.pending_snapshot:
+                    pr.become_probe()
+                    pr.become_replicate()
+                if self._maybe_commit():
+                    self._bcast_append()
+                elif was_paused:
+                    self._send_append(m.frm)
+                while self._send_append(m.frm, allow_empty=False):
+                    pass
+                if m.frm == self.lead_transferee and pr.match == self.log.last_index():
+                    self._send(Message(MsgType.TIMEOUT_NOW, m.frm, self.id, self.term))
+        elif t is MsgType.HEARTBEAT_RESP:
+            pr.recent_active = True
+            pr.probe_sent = False
+            if pr.state is ProgressState.REPLICATE and pr.is_paused():
+                pr.inflight.popleft()
+            if pr.match < self.log.last_index():
+                self._send_append(m.frm)
+            if m.context:
+                self._ack_read(m.context, m.frm)
+
+    # ------------------------------------------------------------------ replication out
+    def _send(self, m: Message) -> None:
+        self.msgs.append(m)
+
+    def _send_append(self, to: NodeId, allow_empty: bool = True) -> bool:
+        pr = self.prs[to]
+        if pr.is_paused():
+            return False
+        log = self.log
+        prev = pr.next - 1
+        prev_term = log.term(prev)
+        if prev_term is None:
+            if prev < log.offset:
+                return self._send_snapshot(to, pr)
+            prev = log.last_index()  # `next` ran past the log (after a truncation): re-probe
+            pr.next, prev_term = prev + 1, log.last_term()
+        ents = log.slice(pr.next, log.last_index() + 1, self.cfg.max_msg_bytes)
+        if not ents and not allow_empty:
+            return False
+        self._send(Message(MsgType.APP, to, self.id, self.term, log_term=prev_term, index=prev,
+                           entries=ents, commit=log.committed))
+        pr.sent_entries(ents[-1].index if ents else prev, len(ents))
+        return True
+
+    def _send_snapshot(self, to: NodeId, pr: Progress) -> bool:
+        if not pr.recent_active:
+            return False  # do not stream a snapshot at a node that is probably down
+        meta = self.log.snapshot
+        self._send(Message(MsgType.SNAP, to, self.id, self.term, snapshot=Snapshot(meta)))
+        pr.become_snapshot(meta.index)
+        self.notes.append(f"sending snapshot at index {meta.index} to {to}")
+        return True
+
+    def _bcast_append(self) -> None:
+        for pid in self.prs:
+            if pid != self.id:
+                self._send_append(pid)
+
+    def _bcast_heartbeat(self, ctx: bytes) -> None:
+        for pid, pr in self.prs.items():
+            if pid != self.id:
+                # Never let a follower commit past what it is known to hold.
+                commit = min(pr.match, self.log.committed)
+                self._send(Message(MsgType.HEARTBEAT, pid, self.id, self.term, commit=commit,
+                                   context=ctx))
+
+    def _maybe_commit(self) -> bool:
+        idx = quorum_index([self.prs[v].match for v in self.conf.voters if v in self.prs])
+        # §5.4.2: only entries of the current term are committed by counting.
+        if idx > self.log.committed and self.log.term(idx) == self.term:
+            first_in_term = self.log.term(self.log.committed) != self.term
+            self.log.commit_to(idx)
+            if first_in_term:
+                self._release_pending_reads()
+            return True
+        return False
+
+    def _append(self, entries: list[Entry]) -> None:
+        self.log.append(entries)
+        me = self.prs.get(self.id)
+        if me is not None:
+            me.maybe_update(self.log.last_index())
+        self._maybe_commit()
+
+    # ------------------------------------------------------------------ local requests
+    def propose(self, data: list[bytes]) -> tuple[int, int]:
+        """Append normal entries (one per item) as leader. Returns (first index, term); the
+        entries are committed when they are applied with that term at those indexes."""
+        self._check_can_propose()
+        first = self.log.last_index() + 1
+        if not data:
+            return first, self.term
+        self._append([Entry(self.term, first + i, EntryType.NORMAL, d) for i, d in enumerate(data)])
+        self._bcast_append()
+        return first, self.term
+
+    def propose_conf_change(self, cc: ConfChange) -> tuple[int, int]:
+        self._check_can_propose()
+        if self.pending_conf_index > self.log.applied:
+            raise ProposalDropped("another membership change is still pending; retry", self.lead)
+        voters = self.conf.voters
+        if cc.type is ConfChangeType.REMOVE:
+            if cc.node_id not in self.conf.members():
+                raise ProposalDropped(f"node {cc.node_id} is not a member", self.lead)
+            if voters == {cc.node_id}:
+                raise ProposalDropped("cannot remove the last voter", self.lead)
+        elif cc.type is ConfChangeType.ADD_LEARNER and cc.node_id in voters:
+            raise ProposalDropped(f"node {cc.node_id} is already a voter", self.lead)
+        elif cc.type is ConfChangeType.ADD_VOTER and cc.node_id in voters:
+            raise ProposalDropped(f"node {cc.node_id} is already a voter", self.lead)
+        index = self.log.last_index() + 1
+        self._append([Entry(self.term, index, EntryType.CONF_CHANGE, cc.encode())])
+        self.pending_conf_index = index
+        self._bcast_append()
+        return index, self.term
+
+    def _check_can_propose(self) -> None:
+        if self.role is not Role.LEADER:
+            raise ProposalDropped("not the leader", self.lead)
+        if self.lead_transferee != NONE:
+            raise ProposalDropped("leadership transfer in progress", self.lead)
+
+    def read_index(self, ctx: bytes) -> None:
+        """Request a linearizable read point; answered as a ReadState with this (unique) ctx."""
+        if self.role is Role.LEADER:
+            self._read_index(ctx, NONE)
+        elif self.lead != NONE:
+            self._send(Message(MsgType.READ_INDEX, self.lead, self.id, self.term, context=ctx))
+        else:
+            raise ProposalDropped("no leader known", NONE)
+
+    def _read_index(self, ctx: bytes, frm: NodeId) -> None:
+        if self.log.term(self.log.committed) != self.term:
+            # Until we commit an entry of our term we do not know the real commit index.
+            self.pending_reads.append((ctx, frm))
+            return
+        req = _ReadRequest(self.log.committed, frm, {self.id})
+        if len(self.conf.voters) == 1:
+            self._answer_read(ctx, req)
+            return
+        self.reads[ctx] = req
+        self._bcast_heartbeat(ctx)
+
+    def _release_pending_reads(self) -> None:
+        pending, self.pending_reads = self.pending_reads, []
+        for ctx, frm in pending:
+            self._read_index(ctx, frm)
+
+    def _last_read_context(self) -> bytes:
+        return next(reversed(self.reads)) if self.reads else b""
+
+    def _ack_read(self, ctx: bytes, frm: NodeId) -> None:
+        req = self.reads.get(ctx)
+        if req is None:
+            return
+        req.acks.add(frm)
+        if sum(1 for v in self.conf.voters if v in req.acks) * 2 <= len(self.conf.voters):
+            return
+        # A quorum confirmed our leadership after every earlier request too: answer them all.
+        while self.reads:
+            first_ctx, first = next(iter(self.reads.items()))
+            del self.reads[first_ctx]
+            self._answer_read(first_ctx, first)
+            if first_ctx == ctx:
+                break
+
+    def _answer_read(self, ctx: bytes, req: _ReadRequest) -> None:
+        if req.frm == NONE:
+            self.read_states.append(ReadState(req.index, ctx))
+        else:
+            self._send(Message(MsgType.READ_INDEX_RESP, req.frm, self.id, self.term,
+                               index=req.index, context=ctx))
+
+    def transfer_leadership(self, target: NodeId) -> None:
+        if self.role is not Role.LEADER:
+            raise ProposalDropped("not the leader", self.lead)
+        if target == self.id:
+            return
+        if target not in self.conf.voters:
+            raise ProposalDropped(f"node {target} is not a voter", self.lead)
+        self.lead_transferee = target
+        self.election_elapsed = 0  # the transfer must finish within an election timeout
+        if self.prs[target].match == self.log.last_index():
+            self._send(Message(MsgType.TIMEOUT_NOW, target, self.id, self.term))
+        else:
+            self._send_append(target)
+
+    def campaign(self) -> None:
+        """Start an election now (used by tests and for a fast start of a lone server)."""
+        if self.promotable() and self.role is not Role.LEADER:
+            self._campaign(pre=self.cfg.pre_vote, transfer=False)
+
+    def report_unreachable(self, to: NodeId) -> None:
+        """The transport could not deliver to `to`: stop pipelining at it."""
+        pr = self.prs.get(to)
+        if self.role is Role.LEADER and pr is not None and pr.state is ProgressState.REPLICATE:
+            pr.become_probe()
+
+    def report_snapshot(self, to: NodeId, ok: bool) -> None:
+        """The driver finished (or failed) sending a snapshot to `to`."""
+        pr = self.prs.get(to)
+        if self.role is not Role.LEADER or pr is None or pr.state is not ProgressState.SNAPSHOT:
+            return
+        if not ok:
+            pr.pending_snapshot = 0
+        pr.become_probe()
+        pr.probe_sent = True  # wait for the follower's answer (or a heartbeat) before probing
+
+    def compact(self, snapshot: SnapshotMeta, upto: int) -> None:
+        """The driver saved `snapshot` of the state machine; forget log entries up to `upto`."""
+        self.log.compact(snapshot, upto)
+
+    # ------------------------------------------------------------------ membership
+    def _apply_conf_change(self, cc: ConfChange) -> None:
+        voters, learners = set(self.conf.voters), set(self.conf.learners)
+        nid = cc.node_id
+        if cc.type is ConfChangeType.ADD_LEARNER:
+            if nid not in voters:
+                learners.add(nid)
+        elif cc.type is ConfChangeType.ADD_VOTER:
+            learners.discard(nid)
+            voters.add(nid)
+        else:
+            voters.discard(nid)
+            learners.discard(nid)
+        self.conf = ConfState(frozenset(voters), frozenset(learners))
+        last = self.log.last_index()
+        for pid in list(self.prs):
+            if pid not in self.conf.members():
+                del self.prs[pid]
+        for pid in self.conf.members():
+            pr = self.prs.get(pid)
+            if pr is None:
+                pr = self.prs[pid] = Progress(last + 1, self.cfg.max_inflight)
+                pr.recent_active = True
+                if pid == self.id:
+                    pr.match = last
+            pr.is_learner = pid in learners
+
+    def _after_conf_change(self) -> None:
+        if self.role is not Role.LEADER:
+            return
+        if not self.promotable():
+            self.notes.append("removed from the voters: stepping down")
+            self.become_follower(self.term, NONE)
+            return
+        if self.lead_transferee != NONE and self.lead_transferee not in self.conf.voters:
+            self.lead_transferee = NONE
+        if self._maybe_commit():
+            self._bcast_append()
+        for pid in self.prs:
+            if pid != self.id and self.prs[pid].state is ProgressState.PROBE:
+                self._send_append(pid)
+
+    # ------------------------------------------------------------------ ready / advance
+    def has_ready(self) -> bool:
+        log = self.log
+        return bool(
+            self.msgs
+            or self.read_states
+            or self.notes
+            or log.stable < log.last_index()
+            or log.pending_snapshot is not None
+            or log.committed > log.applied
+            or self.hard_state() != self.prev_hs
+            or self.soft_state() != self.prev_ss
+        )
+
+    def ready(self) -> Ready:
+        log = self.log
+        hs = self.hard_state()
+        ss = self.soft_state()
+        rd = Ready(
+            hard_state=hs if hs != self.prev_hs else None,
+            entries=log.unstable(),
+            snapshot=log.pending_snapshot,
+            committed=log.next_committed(self.cfg.max_apply_entries),
+            messages=self.msgs,
+            read_states=self.read_states,
+            soft_state=ss if ss != self.prev_ss else None,
+            notes=self.notes,
+        )
+        self.msgs, self.read_states, self.notes = [], [], []
+        return rd
+
+    def advance(self, rd: Ready) -> None:
+        log = self.log
+        if rd.hard_state is not None:
+            self.prev_hs = rd.hard_state
+        if rd.soft_state is not None:
+            self.prev_ss = rd.soft_state
+        if rd.snapshot is not None:
+            log.pending_snapshot = None
+            log.applied = max(log.applied, rd.snapshot.meta.index)
+        if rd.entries:
+            last = rd.entries[-1]
+            if log.term(last.index) == last.term:
+                log.stable = max(log.stable, last.index)
+        conf_changed = False
+        for e in rd.committed:
+            if e.type is EntryType.CONF_CHANGE:
+                self._apply_conf_change(ConfChange.decode(e.data))
+                conf_changed = True
+        if rd.committed:
+            log.applied = rd.committed[-1].index
+        if conf_changed:
+            self._after_conf_change()

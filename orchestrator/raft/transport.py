@@ -1,0 +1,641 @@
+"""Peer transport between Raft servers: framed msgpack messages over TCP.
+
+Job: carry `Message`s from the local Raft driver to other servers and back. Raft tolerates loss,
+duplication and reordering, so this transport is deliberately lossy: it never blocks its caller
+and never buffers without bound; it drops (and counts) instead.
+
+Wire protocol (per TCP connection, one direction only):
+- The connecting side sends frames (see `framing`): first a hello frame, the msgpack map
+  `{"id": <its node id>, "addr": [<host>, <port>]}`, then one `codec.encode_message` per frame.
+- The accepting side never writes; it reads the hello, then messages. Each server therefore
+  keeps one outbound connection per peer (for its own sends) and accepts one from each peer.
+
+Invariants:
+- `send` is synchronous and O(1) apart from fault planning: it routes by `msg.to` into that
+  peer's bounded queue, or drops. Unknown peers, full queues and injected faults are counted in
+  `statistics()`.
+- Everything reaching `inbound` was decoded by `decode_message`, is addressed to this node and
+  comes from the node id that the connection announced in its hello. Nothing a peer sends can
+  crash `run`: per-connection errors (OSError, broken/closed streams, FramingError, CodecError)
+  are contained in that connection's task and logged; `trio.Cancelled` is never swallowed.
+- Memory is bounded: at most `queue_size` messages per peer queue, `queue_size` delayed messages,
+  `queue_size` undelivered inbound messages, and about `max_frame` bytes per inbound connection.
+- All tasks live in the nursery opened by `run`; cancelling `run` stops them and closes every
+  socket. The transport may be run again after `run` returns (not concurrently).
+- Fault injection happens on the sending side only (`FaultInjector.plan`), so one injector can be
+  shared by every transport of a test cluster.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import trio
+
+from .codec import CodecError, decode_message, encode_message
+from .framing import MAX_FRAME, FrameDecoder, FrameTooLarge, encode_frame
+from .types import Message, NodeId
+
+__all__ = ["Address", "FaultInjector", "PeerTransport", "TransportStatistics"]
+
+log = logging.getLogger("orchestrator.raft.transport")
+
+Address = tuple[str, int]
+
+HELLO_MAX = 1024  # a hello is tiny; this keeps an unauthenticated peer from making us buffer much
+HELLO_TIMEOUT = 5.0  # an accepted connection that does not say hello by then is closed
+CONNECT_TIMEOUT = 5.0  # bounds a connect to a black-holed address (the OS default is minutes)
+_RECV_SIZE = 64 * 1024
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+_LOUD_COMPLAINTS = 5  # per inbound connection; after that a misbehaving peer only logs at DEBUG
+
+
+class FaultInjector:
+    """Test hook deciding, per message, how many copies are delivered and after what delay.
+
+    `plan` is pure apart from consuming `rng`, so a seeded rng and the same sequence of calls
+    reproduce the same faults. The rng is consumed only for active faults (one draw for a drop
+    decision if `drop_rate > 0`, one for duplication if `dup_rate > 0`, one per copy if the delay
+    range is non-zero).
+
+    Partitions: with `partition(*groups)` active, a message flows iff some group contains both
+    its sender and its receiver (groups may overlap to model a bridge node; a node in no group is
+    cut off). `isolate(n)` additionally cuts n off from everyone. `heal` clears all faults.
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self._drop_rate = 0.0
+        self._dup_rate = 0.0
+        self._delay: tuple[float, float] = (0.0, 0.0)
+        self._groups: tuple[frozenset[NodeId], ...] | None = None
+        self._isolated: set[NodeId] = set()
+
+    @property
+    def drop_rate(self) -> float:
+        return self._drop_rate
+
+    @drop_rate.setter
+    def drop_rate(self, value: float) -> None:
+        self._drop_rate = _probability(value, "drop_rate")
+
+    @property
+    def dup_rate(self) -> float:
+        return self._dup_rate
+
+    @dup_rate.setter
+    def dup_rate(self, value: float) -> None:
+        self._dup_rate = _probability(value, "dup_rate")
+
+    @property
+    def delay(self) -> tuple[float, float]:
+        return self._delay
+
+    @delay.setter
+    def delay(self, value: tuple[float, float]) -> None:
+        lo, hi = float(value[0]), float(value[1])
+        if not (0.0 <= lo <= hi < math.inf):
+            raise ValueError(f"delay must be a finite range 0 <= lo <= hi, got {value!r}")
+        self._delay = (lo, hi)
+
+    def partition(self, *groups: set[NodeId]) -> None:
+        """Replace any partition: from now on messages only flow inside a group."""
+        self._groups = tuple(frozenset(g) for g in groups)
+
+    def isolate(self, node_id: NodeId) -> None:
+        self._isolated.add(node_id)
+
+    def heal(self) -> None:
+        """Clear partitions, isolation, drop and duplication rates and delay."""
+        self._groups = None
+        self._isolated.clear()
+        self._drop_rate = 0.0
+        self._dup_rate = 0.0
+        self._delay = (0.0, 0.0)
+
+    def allows(self, frm: NodeId, to: NodeId) -> bool:
+        """Whether the network topology (partitions, isolation) lets frm reach to."""
+        if frm in self._isolated or to in self._isolated:
+            return False
+        if self._groups is None:
+            return True
+        return any(frm in g and to in g for g in self._groups)
+
+    def plan(self, msg: Message) -> list[float]:
+        """Delays (seconds) after which copies of msg are delivered; [] means dropped."""
+        if not self.allows(msg.frm, msg.to):
+            return []
+        if self._drop_rate > 0.0 and self.rng.random() < self._drop_rate:
+            return []
+        copies = 2 if self._dup_rate > 0.0 and self.rng.random() < self._dup_rate else 1
+        lo, hi = self._delay
+        if hi == 0.0:
+            return [0.0] * copies
+        return [self.rng.uniform(lo, hi) for _ in range(copies)]
+
+
+def _probability(value: float, what: str) -> float:
+    v = float(value)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"{what} must be in [0, 1], got {value!r}")
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class TransportStatistics:
+    """Counters since the transport was created (message counts unless noted)."""
+
+    sent: int  # handed to the kernel on an outbound connection
+    received: int  # delivered to `inbound`
+    dropped_queue_full: int  # a peer's outbound queue (or the delay queue) was full
+    dropped_bad_frame: int  # undecodable/oversize frames and bad hellos, in or out
+    dropped_unknown_peer: int  # sent to a node id we have no address for
+    reconnects: int  # outbound connection attempts after the first, over all peers
+    connected_peers: frozenset[NodeId]  # peers with an established outbound connection now
+    dropped_faults: int = 0  # dropped by the FaultInjector
+    dropped_misrouted: int = 0  # inbound with the wrong `to`, or `frm` != hello id
+    dropped_inbound_full: int = 0  # `inbound` was full (or closed by its reader)
+    dropped_send_failed: int = 0  # taken from a queue but lost with a broken connection
+
+
+class _Peer:
+    """Per-peer sending state. The queue outlives connections; the scopes do not."""
+
+    __slots__ = ("addr", "conn_scope", "connected", "node_id", "nonempty", "queue", "scope",
+                 "wake")
+
+    def __init__(self, node_id: NodeId, addr: Address) -> None:
+        self.node_id = node_id
+        self.addr = addr
+        self.queue: deque[Message] = deque()
+        self.nonempty = trio.Event()  # set when queue gets an item; replaced by the sender
+        self.wake = trio.Event()  # set when the address changes, to cut a backoff sleep short
+        self.scope: trio.CancelScope | None = None  # the sender task; None if not running
+        self.conn_scope: trio.CancelScope | None = None  # the current connection attempt
+        self.connected = False
+
+
+class _Inbound:
+    """Per accepted connection: who it claims to be, and how much it has misbehaved."""
+
+    __slots__ = ("complaints", "peer_id", "remote")
+
+    def __init__(self, remote: str) -> None:
+        self.remote = remote
+        self.peer_id: NodeId | None = None
+        self.complaints = 0
+
+
+_CONN_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+
+class PeerTransport:
+    """TCP transport for one Raft server. See the module docstring for the protocol."""
+
+    def __init__(
+        self,
+        node_id: NodeId,
+        listen: Address,
+        peers: dict[NodeId, Address],
+        *,
+        faults: FaultInjector | None = None,
+        max_frame: int = MAX_FRAME,
+        queue_size: int = 4096,
+        reconnect_backoff: tuple[float, float] = (0.05, 2.0),
+        rng: random.Random | None = None,
+    ) -> None:
+        if node_id < 1:
+            raise ValueError("node ids start at 1")
+        if queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
+        if not 0.0 < reconnect_backoff[0] <= reconnect_backoff[1]:
+            raise ValueError("reconnect_backoff must satisfy 0 < min <= max")
+        self.node_id = node_id
+        self.listen = listen
+        self.port = listen[1]  # the bound port once `run` has started (useful with port 0)
+        self.faults = faults
+        self.max_frame = max_frame
+        self.queue_size = queue_size
+        self.reconnect_backoff = reconnect_backoff
+        self._rng = rng if rng is not None else random.Random()
+
+        self._peers: dict[NodeId, _Peer] = {}
+        # Explicitly removed members are not re-learned from their hellos: a removed server that
+        # is still running must not sneak back into our address book.
+        self._removed: set[NodeId] = set()
+        for peer_id, addr in peers.items():
+            self.set_peer(peer_id, addr)
+
+        self._inbound_send: trio.MemorySendChannel[Message]
+        self.inbound: trio.MemoryReceiveChannel[Message]
+        self._inbound_send, self.inbound = trio.open_memory_channel[Message](queue_size)
+
+        # Delayed (fault-injected) messages: (due time, tie-breaker, message), one pump task.
+        self._delayed: list[tuple[float, int, Message]] = []
+        self._delay_seq = itertools.count()
+        self._delay_wakeup = trio.Event()
+
+        self._nursery: trio.Nursery | None = None
+        self._running = False
+        self._hello = b""
+
+        self._sent = 0
+        self._received = 0
+        self._dropped_queue_full = 0
+        self._dropped_bad_frame = 0
+        self._dropped_unknown_peer = 0
+        self._reconnects = 0
+        self._dropped_faults = 0
+        self._dropped_misrouted = 0
+        self._dropped_inbound_full = 0
+        self._dropped_send_failed = 0
+
+    # ------------------------------------------------------------------ public API
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, connect to peers and move messages until cancelled."""
+        if self._running:
+            raise RuntimeError("transport is already running")
+        self._running = True
+        try:
+            host = self.listen[0] or None
+            listeners = await trio.open_tcp_listeners(self.listen[1], host=host)
+            try:
+                self.port = listeners[0].socket.getsockname()[1]
+                self._hello = encode_frame(
+                    msgpack.packb({"id": self.node_id, "addr": [self.listen[0], self.port]})
+                )
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(trio.serve_listeners, self._handle_inbound, listeners)
+                    self._nursery = nursery
+                    nursery.start_soon(self._pump_delayed)
+                    for peer in self._peers.values():
+                        self._start_sender(peer)
+                    log.info("node %d listening on %s:%d", self.node_id, self.listen[0], self.port)
+                    task_status.started()
+            finally:
+                # serve_listeners closes them too, but not if we fail before it starts.
+                for listener in listeners:
+                    listener.socket.close()
+        finally:
+            self._nursery = None
+            self._running = False
+            for peer in self._peers.values():
+                peer.scope = None
+                peer.conn_scope = None
+                peer.connected = False
+
+    def send(self, msg: Message) -> None:
+        """Queue msg for `msg.to`; never blocks. Drops (and counts) instead of waiting."""
+        if msg.to not in self._peers:
+            self._dropped_unknown_peer += 1
+            log.debug("dropping %s to unknown peer %d", msg.type.name, msg.to)
+            return
+        if self.faults is None:
+            self._route(msg)
+            return
+        delays = self.faults.plan(msg)
+        if not delays:
+            self._dropped_faults += 1
+            return
+        for delay in delays:
+            if delay <= 0.0:
+                self._route(msg)
+            else:
+                self._schedule(delay, msg)
+
+    def set_peer(self, node_id: NodeId, addr: Address) -> None:
+        """Add a peer, or change its address (its connection is re-established at once)."""
+        if node_id == self.node_id:
+            raise ValueError("a transport does not connect to itself")
+        addr = (str(addr[0]), int(addr[1]))
+        self._removed.discard(node_id)
+        peer = self._peers.get(node_id)
+        if peer is None:
+            peer = self._peers[node_id] = _Peer(node_id, addr)
+            if self._nursery is not None:
+                self._start_sender(peer)
+        elif peer.addr != addr:
+            peer.addr = addr
+            if peer.conn_scope is not None:
+                peer.conn_scope.cancel()
+            peer.wake.set()
+
+    def remove_peer(self, node_id: NodeId) -> None:
+        """Forget a peer: stop its sender and drop whatever was queued for it."""
+        self._removed.add(node_id)
+        peer = self._peers.pop(node_id, None)
+        if peer is None:
+            return
+        if peer.scope is not None:
+            peer.scope.cancel()
+        self._dropped_unknown_peer += len(peer.queue)
+        peer.queue.clear()
+
+    def peer_addresses(self) -> dict[NodeId, Address]:
+        return {peer_id: peer.addr for peer_id, peer in self._peers.items()}
+
+    def statistics(self) -> TransportStatistics:
+        return TransportStatistics(
+            sent=self._sent,
+            received=self._received,
+            dropped_queue_full=self._dropped_queue_full,
+            dropped_bad_frame=self._dropped_bad_frame,
+            dropped_unknown_peer=self._dropped_unknown_peer,
+            reconnects=self._reconnects,
+            connected_peers=frozenset(p.node_id for p in self._peers.values() if p.connected),
+            dropped_faults=self._dropped_faults,
+            dropped_misrouted=self._dropped_misrouted,
+            dropped_inbound_full=self._dropped_inbound_full,
+            dropped_send_failed=self._dropped_send_failed,
+        )
+
+    # ------------------------------------------------------------------ outbound
+
+    def _route(self, msg: Message) -> None:
+        peer = self._peers.get(msg.to)
+        if peer is None:  # removed while the message was delayed
+            self._dropped_unknown_peer += 1
+            return
+        if len(peer.queue) >= self.queue_size:
+            self._dropped_queue_full += 1
+            log.debug("queue to peer %d full; dropping %s", msg.to, msg.type.name)
+            return
+        peer.queue.append(msg)
+        peer.nonempty.set()
+
+    def _schedule(self, delay: float, msg: Message) -> None:
+        if len(self._delayed) >= self.queue_size:
+            self._dropped_queue_full += 1
+            return
+        seq = next(self._delay_seq)
+        heapq.heappush(self._delayed, (trio.current_time() + delay, seq, msg))
+        if self._delayed[0][1] == seq:  # new earliest deadline: the pump must re-arm its timer
+            self._delay_wakeup.set()
+
+    async def _pump_delayed(self) -> None:
+        while True:
+            now = trio.current_time()
+            while self._delayed and self._delayed[0][0] <= now:
+                self._route(heapq.heappop(self._delayed)[2])
+            self._delay_wakeup = trio.Event()
+            with trio.move_on_at(self._delayed[0][0] if self._delayed else math.inf):
+                await self._delay_wakeup.wait()
+
+    def _start_sender(self, peer: _Peer) -> None:
+        assert self._nursery is not None
+        peer.scope = trio.CancelScope()
+        self._nursery.start_soon(self._run_sender, peer, peer.scope)
+
+    def _backoff(self, failures: int) -> float:
+        lo, hi = self.reconnect_backoff
+        ceiling = min(hi, lo * 2.0 ** min(failures, 32))
+        # Jitter keeps a cluster that lost a peer from reconnecting to it in lock step.
+        return max(lo, self._rng.uniform(ceiling / 2.0, ceiling))
+
+    async def _run_sender(self, peer: _Peer, scope: trio.CancelScope) -> None:
+        with scope:
+            failures = 0
+            first = True
+            while True:
+                if not first:
+                    self._reconnects += 1
+                first = False
+                addr = peer.addr
+                peer.wake = trio.Event()
+                if await self._connect_and_send(peer, addr, failures):
+                    failures = 0
+                else:
+                    failures += 1
+                if peer.addr != addr:
+                    continue  # re-addressed: no reason to wait before trying the new address
+                with trio.move_on_after(self._backoff(failures)):
+                    await peer.wake.wait()
+
+    async def _connect_and_send(self, peer: _Peer, addr: Address, failures: int) -> bool:
+        """One connection's lifetime. Returns whether it got as far as sending the hello."""
+        # Repeated failures to reach a down peer are expected; only the first one is news.
+        level = logging.INFO if failures == 0 else logging.DEBUG
+        scope = peer.conn_scope = trio.CancelScope()
+        try:
+            with scope:
+                try:
+                    with trio.move_on_after(CONNECT_TIMEOUT) as connect_scope:
+                        stream = await trio.open_tcp_stream(*addr)
+                except OSError as exc:
+                    log.log(level, "node %d: cannot connect to peer %d at %s:%d: %s",
+                            self.node_id, peer.node_id, addr[0], addr[1], exc)
+                    return False
+                if connect_scope.cancelled_caught:
+                    log.log(level, "node %d: connecting to peer %d at %s:%d timed out",
+                            self.node_id, peer.node_id, addr[0], addr[1])
+                    return False
+                async with stream:
+                    try:
+                        await stream.send_all(self._hello)
+                    except _CONN_ERRORS as exc:
+                        log.log(level, "node %d: hello to peer %d failed: %s",
+                                self.node_id, peer.node_id, exc)
+                        return False
+                    peer.connected = True
+                    log.info("node %d: connected to peer %d at %s:%d",
+                             self.node_id, peer.node_id, addr[0], addr[1])
+                    try:
+                        async with trio.open_nursery() as nursery:
+                            nursery.start_soon(self._watch_outbound, peer, stream,
+                                               nursery.cancel_scope)
+                            await self._write_loop(peer, stream)
+                            nursery.cancel_scope.cancel()
+                    finally:
+                        peer.connected = False
+            return True
+        finally:
+            if peer.conn_scope is scope:
+                peer.conn_scope = None
+
+    async def _write_loop(self, peer: _Peer, stream: trio.SocketStream) -> None:
+        """Write queued messages until the connection fails (then return) or is cancelled."""
+        while True:
+            while not peer.queue:
+                peer.nonempty = trio.Event()
+                await peer.nonempty.wait()
+            # Batching: everything queued goes out in one send_all, i.e. few syscalls under load.
+            batch = list(peer.queue)
+            peer.queue.clear()
+            data, count = self._encode_batch(batch)
+            if not count:
+                continue
+            written = False
+            try:
+                await stream.send_all(data)
+                written = True
+            except _CONN_ERRORS as exc:
+                log.info("node %d: connection to peer %d lost while sending: %s",
+                         self.node_id, peer.node_id, exc)
+                return
+            finally:
+                if written:
+                    self._sent += count
+                else:  # includes cancellation: the batch is gone either way
+                    self._dropped_send_failed += count
+
+    def _encode_batch(self, batch: list[Message]) -> tuple[bytes, int]:
+        frames: list[bytes] = []
+        for msg in batch:
+            try:
+                payload = encode_message(msg)
+            except (TypeError, ValueError, OverflowError) as exc:  # a bug upstream, not the peer's
+                log.error("node %d: cannot encode %r: %s", self.node_id, msg, exc)
+                self._dropped_bad_frame += 1
+                continue
+            if len(payload) > self.max_frame:  # the peer would close the connection on it
+                log.warning("node %d: dropping %s to %d: %d bytes exceeds max_frame %d",
+                            self.node_id, msg.type.name, msg.to, len(payload), self.max_frame)
+                self._dropped_bad_frame += 1
+                continue
+            frames.append(encode_frame(payload))
+        return b"".join(frames), len(frames)
+
+    async def _watch_outbound(
+        self, peer: _Peer, stream: trio.SocketStream, conn: trio.CancelScope
+    ) -> None:
+        # The accepting side never writes, so any read completing means the connection is over.
+        # Noticing that now (rather than on the next failed write) lets us reconnect before the
+        # next message, so a restarted peer loses at most what was in flight.
+        try:
+            data = await stream.receive_some(_RECV_SIZE)
+        except _CONN_ERRORS as exc:
+            log.info("node %d: connection to peer %d lost: %s", self.node_id, peer.node_id, exc)
+        else:
+            if data:
+                log.warning("node %d: peer %d wrote on our outbound connection; reconnecting",
+                            self.node_id, peer.node_id)
+            else:
+                log.info("node %d: peer %d closed the connection", self.node_id, peer.node_id)
+        conn.cancel()
+
+    # ------------------------------------------------------------------ inbound
+
+    async def _handle_inbound(self, stream: trio.SocketStream) -> None:
+        conn = _Inbound(_remote_name(stream))
+        try:
+            async with stream:
+                await self._serve_inbound(stream, conn)
+        except _CONN_ERRORS as exc:
+            log.info("node %d: inbound connection from %s failed: %s",
+                     self.node_id, conn.remote, exc)
+
+    async def _serve_inbound(self, stream: trio.SocketStream, conn: _Inbound) -> None:
+        decoder = FrameDecoder(min(HELLO_MAX, self.max_frame))
+        hello_deadline = trio.CancelScope(deadline=trio.current_time() + HELLO_TIMEOUT)
+        with hello_deadline:
+            while True:
+                data = await stream.receive_some(_RECV_SIZE)
+                if not data:
+                    log.debug("node %d: %s closed its connection", self.node_id, conn.remote)
+                    return
+                try:
+                    decoder.feed(data)
+                    while (payload := decoder.next_frame()) is not None:
+                        if conn.peer_id is None:
+                            if not self._accept_hello(payload, stream, conn):
+                                return
+                            hello_deadline.deadline = math.inf
+                            decoder.max_frame = self.max_frame
+                        else:
+                            self._deliver(payload, conn)
+                except FrameTooLarge as exc:
+                    self._dropped_bad_frame += 1
+                    log.warning("node %d: closing connection from %s (peer %s): %s",
+                                self.node_id, conn.remote, conn.peer_id, exc)
+                    return
+        if hello_deadline.cancelled_caught:
+            self._dropped_bad_frame += 1
+            log.warning("node %d: no hello from %s within %.1fs; closing",
+                        self.node_id, conn.remote, HELLO_TIMEOUT)
+
+    def _accept_hello(self, payload: bytes, stream: trio.SocketStream, conn: _Inbound) -> bool:
+        hello = _parse_hello(payload)
+        if isinstance(hello, str) or hello[0] == self.node_id:
+            why = hello if isinstance(hello, str) else "it claims our own node id"
+            self._dropped_bad_frame += 1
+            log.warning("node %d: bad hello from %s (%s); closing", self.node_id, conn.remote, why)
+            return False
+        peer_id, (host, port) = hello
+        conn.peer_id = peer_id
+        if host in _WILDCARD_HOSTS:  # it listens everywhere; the address it came from will do
+            host = conn.remote.rsplit(":", 1)[0].strip("[]")
+        if peer_id not in self._peers and peer_id not in self._removed:
+            log.info("node %d: learned address %s:%d of peer %d from its hello",
+                     self.node_id, host, port, peer_id)
+            self.set_peer(peer_id, (host, port))
+        log.debug("node %d: inbound connection from peer %d (%s)",
+                  self.node_id, peer_id, conn.remote)
+        return True
+
+    def _deliver(self, payload: bytes, conn: _Inbound) -> None:
+        try:
+            msg = decode_message(payload)
+        except CodecError as exc:
+            self._dropped_bad_frame += 1
+            self._complain(conn, "dropping undecodable frame: %s", exc)
+            return
+        if msg.to != self.node_id or msg.frm != conn.peer_id:
+            self._dropped_misrouted += 1
+            self._complain(conn, "dropping %s from %d to %d on the connection of peer %s",
+                           msg.type.name, msg.frm, msg.to, conn.peer_id)
+            return
+        try:
+            self._inbound_send.send_nowait(msg)
+        except trio.WouldBlock:
+            # The driver is behind; blocking here would let a flood stall Raft's event loop.
+            self._dropped_inbound_full += 1
+            log.debug("node %d: inbound queue full; dropping %s", self.node_id, msg.type.name)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._dropped_inbound_full += 1
+        else:
+            self._received += 1
+
+    def _complain(self, conn: _Inbound, fmt: str, *args: object) -> None:
+        conn.complaints += 1
+        level = logging.WARNING if conn.complaints <= _LOUD_COMPLAINTS else logging.DEBUG
+        log.log(level, "node %d: from %s (peer %s): " + fmt,
+                self.node_id, conn.remote, conn.peer_id, *args)
+
+
+def _parse_hello(payload: bytes) -> tuple[NodeId, Address] | str:
+    """The (id, address) a hello announces, or why it is not a valid hello."""
+    try:
+        obj: Any = msgpack.unpackb(payload, raw=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        return f"not msgpack: {exc}"
+    if not isinstance(obj, dict):
+        return "not a map"
+    node_id, addr = obj.get("id"), obj.get("addr")
+    if type(node_id) is not int or node_id < 1:
+        return f"bad id {node_id!r}"
+    if not isinstance(addr, list) or len(addr) != 2:
+        return f"bad addr {addr!r}"
+    host, port = addr
+    if not isinstance(host, str) or type(port) is not int or not 0 < port < 65536:
+        return f"bad addr {addr!r}"
+    return node_id, (host, port)
+
+
+def _remote_name(stream: trio.SocketStream) -> str:
+    try:
+        name = stream.socket.getpeername()
+    except OSError:
+        return "<unknown>"
+    if isinstance(name, tuple) and len(name) >= 2:
+        host = f"[{name[0]}]" if ":" in str(name[0]) else str(name[0])
+        return f"{host}:{name[1]}"
+    return str(name)

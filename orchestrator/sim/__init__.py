@@ -1,0 +1,1 @@
+"""Deterministic simulation support: history checkers and related tooling."""

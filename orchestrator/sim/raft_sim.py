@@ -1,0 +1,667 @@
+"""Deterministic whole-cluster simulation of the Raft core (FoundationDB / VOPR style).
+
+Theory of operation
+-------------------
+One seed fixes everything: cluster size, fault rates, the schedule of crashes, partitions,
+leadership transfers and membership changes, message delays, and the clients' operations. Time is
+a simulated millisecond clock driven by an event heap, so a run takes no wall time beyond CPU and
+replays exactly (`python benches/raft_sim.py --start SEED --seeds 1 -v`).
+
+Each simulated server runs the real `RaftCore` under a driver that follows the production order
+(persist the Ready to its simulated disk, send, apply to its state machine, advance). A crash
+throws away everything but the disk (Raft log, hard state, snapshot) and the state machine's
+durable copy; a restart rebuilds the core from them, as the real server does from SQLite.
+
+Checked during the run: at most one leader per term (election safety); a new leader holds every
+committed entry (leader completeness); every server applies the same entry at each index
+(state-machine safety); applied indexes are contiguous. Checked at the end: logs match pairwise
+(log matching); after healing every fault the cluster elects a leader, commits, and all servers
+converge on the same state; the clients' history of reads and writes is linearizable.
+
+The state machine is pluggable (`StateMachineFactory`) so the MVCC store can run here too.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from ..raft.core import RaftConfig, RaftCore, bootstrap
+from ..raft.types import (
+    ConfChange,
+    ConfChangeType,
+    Entry,
+    EntryType,
+    HardState,
+    Message,
+    MsgType,
+    NodeId,
+    ProposalDropped,
+    Ready,
+    Role,
+    Snapshot,
+    SnapshotMeta,
+)
+from .linearizability import Operation, check_history
+
+TICK_MS = 100
+CLIENT_TIMEOUT_MS = 4000
+
+
+class SimFailure(AssertionError):
+    """A safety or liveness property was violated; the message names it."""
+
+
+# ---------------------------------------------------------------------------- state machine
+class MemoryKV:
+    """An in-memory key-value state machine with the same commands as the tests' clients."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.applied = 0
+
+    def applied_index(self) -> int:
+        return self.applied
+
+    def apply(self, entries: list[Entry]) -> list[object]:
+        out: list[object] = []
+        for e in entries:
+            if e.index <= self.applied:
+                out.append(None)
+                continue
+            if e.index != self.applied + 1:
+                raise SimFailure(f"state machine applied {e.index} after {self.applied}: a gap")
+            self.applied = e.index
+            out.append(self._exec(e.data) if e.type is EntryType.NORMAL and e.data else None)
+        return out
+
+    def _exec(self, data: bytes) -> object:
+        op, key, a, b = msgpack.unpackb(data)
+        if op == "put":
+            self.data[key] = a
+            return True
+        if op == "delete":
+            return self.data.pop(key, None) is not None
+        if op == "cas":
+            if self.data.get(key) == a:
+                self.data[key] = b
+                return True
+            return False
+        raise SimFailure(f"unknown command {op!r}")
+
+    def get(self, key: str) -> bytes | None:
+        return self.data.get(key)
+
+    def snapshot(self) -> tuple[int, bytes]:
+        return self.applied, msgpack.packb(self.data)
+
+    def restore(self, index: int, data: bytes) -> None:
+        self.data = dict(msgpack.unpackb(data))
+        self.applied = index
+
+    def durable_copy(self) -> MemoryKV:
+        c = MemoryKV()
+        c.data, c.applied = dict(self.data), self.applied
+        return c
+
+    def digest(self) -> Any:
+        return sorted(self.data.items())
+
+
+StateMachineFactory = Callable[[], MemoryKV]
+
+
+def encode(op: str, key: str, a: bytes | None = None, b: bytes | None = None) -> bytes:
+    return msgpack.packb([op, key, a, b])  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------- nodes
+@dataclass
+class Disk:
+    hard_state: HardState = HardState()
+    snapshot: Snapshot = field(default_factory=lambda: Snapshot(SnapshotMeta()))
+    entries: list[Entry] = field(default_factory=list)
+
+
+@dataclass
+class Pending:
+    op_id: int
+    index: int
+    term: int
+
+
+class SimNode:
+    def __init__(self, sim: Simulation, nid: NodeId, founders: list[NodeId]) -> None:
+        self.sim = sim
+        self.id = nid
+        self.disk = Disk()
+        if founders:
+            self.disk.hard_state, self.disk.entries = bootstrap(founders)
+        self.sm_durable = sim.sm_factory()
+        self.alive = False
+        self.removed = False
+        self.core: RaftCore
+        self.sm: MemoryKV
+        self.pending: dict[int, Pending] = {}  # index -> write waiting for apply
+        self.reads: dict[bytes, int] = {}  # read context -> op id
+        self.read_waits: list[tuple[int, int]] = []  # (read index, op id)
+        self.last_snapshot_index = 0
+
+    def start(self) -> None:
+        sim = self.sim
+        self.sm = self.sm_durable.durable_copy()
+        snap = self.disk.snapshot
+        if self.sm.applied_index() < snap.meta.index:
+            # Crash between persisting a received snapshot and installing it.
+            self.sm.restore(snap.meta.index, snap.data)
+        self.core = RaftCore(
+            sim.raft_config(self.id),
+            random.Random(sim.rng.random()),
+            hard_state=self.disk.hard_state,
+            snapshot=snap.meta,
+            entries=list(self.disk.entries),
+            applied=self.sm.applied_index(),
+        )
+        self.last_snapshot_index = snap.meta.index
+        self.alive = True
+        self.pending.clear()
+        self.reads.clear()
+        self.read_waits.clear()
+
+    def crash(self) -> None:
+        self.alive = False
+        for p in self.pending.values():
+            self.sim.op_indeterminate(p.op_id)
+        for op_id in list(self.reads.values()) + [o for _, o in self.read_waits]:
+            self.sim.op_abandoned(op_id)
+        self.pending.clear()
+        self.reads.clear()
+        self.read_waits.clear()
+
+    # The production driver loop, step for step.
+    def process(self) -> None:
+        core = self.core
+        while self.alive and core.has_ready():
+            rd = core.ready()
+            self._persist(rd)
+            for m in rd.messages:
+                self.sim.network_send(self, m)
+            self._apply(rd)
+            core.advance(rd)
+            self._after_advance(rd)
+
+    def _persist(self, rd: Ready) -> None:
+        d = self.disk
+        if rd.snapshot is not None:
+            d.snapshot = rd.snapshot
+            d.entries = []
+        if rd.entries:
+            first = rd.entries[0].index
+            d.entries = [e for e in d.entries if e.index < first] + list(rd.entries)
+        if rd.hard_state is not None:
+            d.hard_state = rd.hard_state
+
+    def _apply(self, rd: Ready) -> None:
+        sim = self.sim
+        if rd.snapshot is not None:
+            meta = rd.snapshot.meta
+            self.sm.restore(meta.index, rd.snapshot.data)
+            self.last_snapshot_index = meta.index
+            sim.check_snapshot(self, meta.index, self.sm.digest())
+            for idx in [i for i in self.pending if i <= meta.index]:
+                # Superseded by the snapshot: outcome unknown to this server.
+                sim.op_indeterminate(self.pending.pop(idx).op_id)
+        if rd.committed:
+            results = self.sm.apply(rd.committed)
+            for e, res in zip(rd.committed, results, strict=True):
+                sim.check_applied(self, e)
+                p = self.pending.pop(e.index, None)
+                if p is not None:
+                    if p.term == e.term:
+                        sim.op_done(p.op_id, res)
+                    else:
+                        sim.op_failed(p.op_id)
+        # Like the SQLite state machine: the applied index commits with the change.
+        self.sm_durable = self.sm.durable_copy()
+        for rs in rd.read_states:
+            op_id = self.reads.pop(rs.context, None)
+            if op_id is not None:
+                self.read_waits.append((rs.index, op_id))
+        self._serve_reads()
+        if rd.soft_state is not None and rd.soft_state.role is Role.LEADER:
+            sim.on_leader(self)
+        if rd.soft_state is not None and rd.soft_state.role is not Role.LEADER:
+            # Lost leadership: local read requests will never be answered.
+            for op_id in self.reads.values():
+                sim.op_abandoned(op_id)
+            self.reads.clear()
+
+    def _serve_reads(self) -> None:
+        applied = self.sm.applied_index()
+        keep = []
+        for idx, op_id in self.read_waits:
+            if idx <= applied:
+                self.sim.op_done(op_id, self.sm.get(self.sim.ops[op_id].key))
+            else:
+                keep.append((idx, op_id))
+        self.read_waits = keep
+
+    def _after_advance(self, rd: Ready) -> None:
+        sim = self.sim
+        for m in rd.messages:
+            if m.type is MsgType.SNAP:
+                self.core.report_snapshot(m.to, True)
+        applied = self.core.log.applied
+        if applied - self.last_snapshot_index >= sim.snapshot_every:
+            index, data = self.sm.snapshot()
+            term = self.core.log.term(index)
+            assert term is not None
+            meta = SnapshotMeta(index, term, self.core.conf)
+            upto = max(self.core.log.offset, index - sim.keep_tail)
+            self.disk.snapshot = Snapshot(meta, data)
+            self.disk.entries = [e for e in self.disk.entries if e.index > upto]
+            self.core.compact(meta, upto)
+            self.last_snapshot_index = index
+            sim.check_snapshot(self, index, self.sm.digest())
+
+
+# ---------------------------------------------------------------------------- simulation
+@dataclass
+class SimResult:
+    seed: int
+    nodes: int
+    events: int
+    ops_ok: int
+    ops_indeterminate: int
+    leaders: int
+    sim_ms: int
+    notes: list[str]
+
+
+@dataclass
+class _Op:
+    client: int
+    kind: str
+    key: str
+    value: bytes | None
+    expected: bytes | None
+    call: int
+    ret: int | None = None
+    output: object = None
+    state: str = "pending"  # pending | done | failed | indeterminate
+
+
+class Simulation:
+    def __init__(self, seed: int, *, sm_factory: StateMachineFactory = MemoryKV,
+                 verbose: bool = False) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.sm_factory = sm_factory
+        self.verbose = verbose
+        r = self.rng
+        self.n_initial = r.choice([1, 3, 3, 3, 5, 5])
+        self.duration_ms = r.randint(20_000, 40_000)
+        self.drop_rate = r.choice([0.0, 0.01, 0.05, 0.1])
+        self.dup_rate = r.choice([0.0, 0.01, 0.05])
+        self.max_delay = r.choice([5, 20, 60, 200])
+        self.snapshot_every = r.choice([10, 40, 200, 10_000])
+        self.keep_tail = r.choice([0, 5, 50])
+        self.n_clients = r.randint(1, 6)
+        self.keys = [f"k{i}" for i in range(r.randint(1, 4))]
+        self.pre_vote = r.random() < 0.9
+        self.check_quorum = self.pre_vote or r.random() < 0.5
+        self.now = 0
+        self.events: list[tuple[int, int, Callable[[], None]]] = []
+        self.seq = itertools.count()
+        self.nodes: dict[NodeId, SimNode] = {}
+        self.partition: list[set[NodeId]] | None = None
+        self.next_id = self.n_initial + 1
+        self.leaders_by_term: dict[int, NodeId] = {}
+        self.applied: dict[int, tuple[int, int, bytes]] = {}
+        self.snap_digests: dict[int, Any] = {}
+        self.ops: list[_Op] = []
+        self.leader_guess: dict[int, NodeId] = {}
+        self.n_events = 0
+        self.log_lines: list[str] = []
+        self.member_change: str | None = None  # what membership change is in progress
+        founders = list(range(1, self.n_initial + 1))
+        for nid in founders:
+            self.nodes[nid] = SimNode(self, nid, founders)
+            self.nodes[nid].start()
+
+    def raft_config(self, nid: NodeId) -> RaftConfig:
+        return RaftConfig(id=nid, election_tick=10, heartbeat_tick=1, pre_vote=self.pre_vote,
+                          check_quorum=self.check_quorum, max_inflight=8, max_msg_bytes=4096)
+
+    def log(self, text: str) -> None:
+        line = f"[{self.now:>6}ms] {text}"
+        self.log_lines.append(line)
+        if self.verbose:
+            print(line)
+
+    # ------------------------------------------------------------------ events
+    def at(self, delay: int, fn: Callable[[], None]) -> None:
+        heapq.heappush(self.events, (self.now + delay, next(self.seq), fn))
+
+    def run(self) -> SimResult:
+        for nid in self.nodes:
+            self.at(self.rng.randint(0, TICK_MS), lambda nid=nid: self._tick(nid))
+        for c in range(self.n_clients):
+            self.at(self.rng.randint(0, 500), lambda c=c: self._client_next(c))
+        self.at(self.rng.randint(1000, 4000), self._nemesis)
+        self._run_until(self.duration_ms)
+        self._heal_all()
+        self._run_until(self.duration_ms + 15_000)
+        self._check_converged()
+        self._check_log_matching()
+        self._check_linearizable()
+        done = sum(1 for o in self.ops if o.state == "done")
+        indet = sum(1 for o in self.ops if o.state == "indeterminate")
+        return SimResult(self.seed, len(self.nodes), self.n_events, done, indet,
+                         len(self.leaders_by_term), self.now, self.log_lines[-20:])
+
+    def _run_until(self, t_end: int) -> None:
+        while self.events and self.events[0][0] <= t_end:
+            t, _, fn = heapq.heappop(self.events)
+            self.now = t
+            self.n_events += 1
+            fn()
+        self.now = t_end
+
+    def _tick(self, nid: NodeId) -> None:
+        node = self.nodes[nid]
+        if node.alive:
+            node.core.tick()
+            node.process()
+        self.at(TICK_MS, lambda: self._tick(nid))
+
+    # ------------------------------------------------------------------ network
+    def reachable(self, a: NodeId, b: NodeId) -> bool:
+        if self.partition is None:
+            return True
+        return any(a in g and b in g for g in self.partition)
+
+    def network_send(self, src: SimNode, m: Message) -> None:
+        if m.type is MsgType.SNAP:
+            snap = src.disk.snapshot
+            if m.snapshot is None or snap.meta != m.snapshot.meta:
+                raise SimFailure(f"node {src.id} asked to send a snapshot it does not hold")
+            m.snapshot = snap
+        if not self.reachable(m.frm, m.to) or self.rng.random() < self.drop_rate:
+            return
+        copies = 2 if self.rng.random() < self.dup_rate else 1
+        for _ in range(copies):
+            self.at(self.rng.randint(1, self.max_delay), lambda m=m: self._deliver(m))
+
+    def _deliver(self, m: Message) -> None:
+        node = self.nodes.get(m.to)
+        if node is None or not node.alive or not self.reachable(m.frm, m.to):
+            return
+        node.core.step(m)
+        node.process()
+
+    # ------------------------------------------------------------------ faults
+    def _alive(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.alive]
+
+    def _nemesis(self) -> None:
+        r = self.rng
+        choice = r.random()
+        alive = self._alive()
+        down = [n for n in self.nodes.values() if not n.alive and not n.removed]
+        if choice < 0.25 and alive:
+            n = r.choice(alive)
+            self.log(f"crash node {n.id}")
+            n.crash()
+            self.at(r.randint(200, 6000), lambda n=n: self._restart(n))
+        elif choice < 0.45 and len(self.nodes) > 1:
+            ids = list(self.nodes)
+            r.shuffle(ids)
+            cut = r.randint(1, len(ids) - 1)
+            self.partition = [set(ids[:cut]), set(ids[cut:])]
+            self.log(f"partition {self.partition}")
+            self.at(r.randint(500, 8000), self._heal_partition)
+        elif choice < 0.55:
+            leader = self._leader()
+            if leader is not None:
+                voters = [v for v in leader.core.conf.voters if v != leader.id]
+                if voters:
+                    target = r.choice(voters)
+                    self.log(f"transfer leadership {leader.id} -> {target}")
+                    leader.core.transfer_leadership(target)
+                    leader.process()
+        elif choice < 0.70 and self.n_initial > 1:
+            self._membership_step()
+        elif down:
+            self._restart(r.choice(down))
+        if self.now < self.duration_ms - 2000:
+            self.at(r.randint(300, 3000), self._nemesis)
+
+    def _restart(self, n: SimNode) -> None:
+        if not n.alive and not n.removed:
+            self.log(f"restart node {n.id}")
+            n.start()
+
+    def _heal_partition(self) -> None:
+        if self.partition is not None:
+            self.log("heal partition")
+        self.partition = None
+
+    def _heal_all(self) -> None:
+        self.log("heal everything; restart every crashed node")
+        self.partition = None
+        self.drop_rate = 0.0
+        self.dup_rate = 0.0
+        for n in self.nodes.values():
+            if not n.alive and not n.removed:
+                n.start()
+
+    def _leader(self) -> SimNode | None:
+        best = None
+        for n in self._alive():
+            if n.core.role is Role.LEADER and (best is None or n.core.term > best.core.term):
+                best = n
+        return best
+
+    def _membership_step(self) -> None:
+        """Replace voters one at a time: add a learner, promote it, remove an old voter."""
+        leader = self._leader()
+        if leader is None:
+            return
+        core = leader.core
+        learners = sorted(core.conf.learners)
+        try:
+            if learners:
+                nid = learners[0]
+                pr = core.prs.get(nid)
+                if pr is not None and pr.match >= core.log.committed:
+                    self.log(f"propose promote {nid}")
+                    core.propose_conf_change(ConfChange(ConfChangeType.ADD_VOTER, nid))
+            elif len(core.conf.voters) > self.n_initial:
+                candidates = sorted(core.conf.voters)
+                victim = self.rng.choice(candidates)
+                self.log(f"propose remove {victim}")
+                core.propose_conf_change(ConfChange(ConfChangeType.REMOVE, victim))
+            else:
+                nid = self.next_id
+                self.next_id += 1
+                node = SimNode(self, nid, [])
+                self.nodes[nid] = node
+                node.start()
+                self.at(TICK_MS, lambda: self._tick(nid))
+                self.log(f"propose add learner {nid}")
+                core.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, nid))
+        except ProposalDropped as exc:
+            self.log(f"membership change refused: {exc}")
+        leader.process()
+
+    # ------------------------------------------------------------------ safety checks
+    def on_leader(self, n: SimNode) -> None:
+        term = n.core.term
+        prev = self.leaders_by_term.get(term)
+        if prev is not None and prev != n.id:
+            raise SimFailure(f"election safety: nodes {prev} and {n.id} both leader in term {term}")
+        self.leaders_by_term[term] = n.id
+        self.log(f"node {n.id} is leader at term {term}")
+        log = n.core.log
+        for idx, (term_i, _, _) in self.applied.items():
+            if idx > log.offset and log.term(idx) != term_i:
+                raise SimFailure(
+                    f"leader completeness: leader {n.id} (term {term}) lacks committed entry "
+                    f"{idx}@{term_i}")
+
+    def check_applied(self, n: SimNode, e: Entry) -> None:
+        rec = (e.term, int(e.type), e.data)
+        prev = self.applied.setdefault(e.index, rec)
+        if prev != rec:
+            raise SimFailure(
+                f"state machine safety: node {n.id} applied {e.index}@{e.term}, "
+                f"another applied {e.index}@{prev[0]}")
+
+    def check_snapshot(self, n: SimNode, index: int, digest: Any) -> None:
+        prev = self.snap_digests.setdefault(index, digest)
+        if prev != digest:
+            raise SimFailure(f"state machine safety: node {n.id} state at {index} differs")
+
+    def _check_converged(self) -> None:
+        members = [n for n in self.nodes.values() if n.alive and not n.removed]
+        leader = self._leader()
+        if leader is None:
+            raise SimFailure("liveness: no leader 15 s after every fault healed")
+        voters = leader.core.conf.voters
+        # A no-op write must commit once healed.
+        try:
+            leader.core.propose([b""])
+        except ProposalDropped as exc:
+            raise SimFailure(f"liveness: healed leader refuses proposals: {exc}") from exc
+        leader.process()
+        self._run_until(self.now + 5000)
+        target = leader.core.log.committed
+        digests = {}
+        for n in members:
+            if n.id in voters and n.sm.applied_index() < target:
+                raise SimFailure(
+                    f"liveness: node {n.id} applied {n.sm.applied_index()} < commit {target}")
+            if n.id in voters:
+                digests[n.id] = (n.sm.applied_index(), n.sm.digest())
+        if len({repr(d) for d in digests.values()}) > 1:
+            raise SimFailure(f"convergence: state machines differ: {digests}")
+
+    def _check_log_matching(self) -> None:
+        logs = {}
+        for n in self.nodes.values():
+            if n.alive:
+                lg = n.core.log
+                logs[n.id] = {e.index: e for e in lg.entries}
+        ids = sorted(logs)
+        for i, a in enumerate(ids):
+            for b in ids[i + 1:]:
+                la, lb = logs[a], logs[b]
+                common = sorted(set(la) & set(lb), reverse=True)
+                matched = False
+                for idx in common:
+                    ea, eb = la[idx], lb[idx]
+                    if ea.term == eb.term:
+                        matched = True
+                    if matched and ea != eb:
+                        raise SimFailure(f"log matching: nodes {a},{b} differ at {idx}")
+
+    def _check_linearizable(self) -> None:
+        ops = [
+            Operation(client=o.client, kind=o.kind, key=o.key, value=o.value, expected=o.expected,
+                      call=float(o.call), ret=None if o.state == "indeterminate" else float(o.ret or 0),
+                      output=o.output)
+            for o in self.ops
+            if o.state in ("done", "indeterminate")
+        ]
+        res = check_history(ops, timeout=60.0)
+        if not res.ok:
+            raise SimFailure(f"linearizability violated on key {res.key}:\n{res.explanation}")
+
+    # ------------------------------------------------------------------ clients
+    def _client_next(self, c: int) -> None:
+        if self.now >= self.duration_ms:
+            return
+        r = self.rng
+        key = r.choice(self.keys)
+        kind = r.choices(["put", "get", "cas", "delete"], [4, 4, 2, 1])[0]
+        value = f"c{c}-{len(self.ops)}".encode()
+        expected = None
+        if kind == "cas":
+            # Expect a value that was written recently, or absence.
+            seen = [o.value for o in self.ops[-10:] if o.key == key and o.kind == "put"]
+            expected = r.choice(seen) if seen and r.random() < 0.8 else None
+        op = _Op(c, kind, key, value if kind in ("put", "cas") else None, expected, self.now)
+        self.ops.append(op)
+        op_id = len(self.ops) - 1
+        candidates = self._alive()
+        if not candidates:
+            self._op_finish_retry(op_id, "failed")
+            return
+        # Like a real client: go to the leader it was last pointed at, else anywhere.
+        guess = self.nodes.get(self.leader_guess.get(c, 0))
+        node = guess if guess is not None and guess.alive and r.random() < 0.9 else r.choice(candidates)
+        try:
+            if kind == "get":
+                ctx = f"r{op_id}".encode()
+                node.core.read_index(ctx)
+                node.reads[ctx] = op_id
+            else:
+                data = encode(kind, key, expected if kind == "cas" else value,
+                              value if kind == "cas" else None)
+                index, term = node.core.propose([data])
+                node.pending[index] = Pending(op_id, index, term)
+        except ProposalDropped as exc:
+            self.leader_guess[c] = exc.leader
+            self._op_finish_retry(op_id, "failed")
+            return
+        node.process()
+        self.at(CLIENT_TIMEOUT_MS, lambda: self._client_timeout(op_id))
+
+    def _op_finish_retry(self, op_id: int, state: str) -> None:
+        op = self.ops[op_id]
+        if op.state != "pending":
+            return
+        op.state = state
+        op.ret = self.now
+        self.at(self.rng.randint(1, 50) if state == "done" else self.rng.randint(50, 300),
+                lambda: self._client_next(op.client))
+
+    def op_done(self, op_id: int, output: object) -> None:
+        op = self.ops[op_id]
+        if op.state == "pending":
+            op.output = output
+            self._op_finish_retry(op_id, "done")
+
+    def op_failed(self, op_id: int) -> None:
+        self._op_finish_retry(op_id, "failed")
+
+    def op_indeterminate(self, op_id: int) -> None:
+        self._op_finish_retry(op_id, "indeterminate")
+
+    def op_abandoned(self, op_id: int) -> None:
+        # A read that never returned has no effect: drop it from the history.
+        self._op_finish_retry(op_id, "failed")
+
+    def _client_timeout(self, op_id: int) -> None:
+        op = self.ops[op_id]
+        if op.state == "pending":
+            self._op_finish_retry(op_id, "failed" if op.kind == "get" else "indeterminate")
+
+
+def run_seed(seed: int, *, verbose: bool = False,
+             sm_factory: StateMachineFactory = MemoryKV) -> SimResult:
+    """Run one seed; raises SimFailure (with the tail of the event log) on a violation."""
+    sim = Simulation(seed, sm_factory=sm_factory, verbose=verbose)
+    try:
+        return sim.run()
+    except SimFailure as exc:
+        tail = "\n".join(sim.log_lines[-30:])
+        raise SimFailure(f"seed {seed}: {exc}\n--- last events ---\n{tail}") from exc
+

@@ -1,0 +1,408 @@
+"""Tests for the durable Raft storage (real SQLite files) and for DbThread serialization."""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from orchestrator.dbthread import DbThread
+from orchestrator.raft.storage import (
+    LoadedState,
+    RaftStorage,
+    StorageCorrupt,
+    StorageError,
+)
+from orchestrator.raft.types import (
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Snapshot,
+    SnapshotMeta,
+)
+
+
+def ents(first: int, last: int, term: int) -> list[Entry]:
+    return [
+        Entry(term, i, EntryType.NORMAL, f"e{i}t{term}".encode()) for i in range(first, last + 1)
+    ]
+
+
+def snap(index: int, term: int, data: bytes = b"state") -> Snapshot:
+    return Snapshot(
+        SnapshotMeta(index, term, ConfState(frozenset({1, 2, 3}), frozenset({4}))), data
+    )
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "raft.db"
+
+
+def reopen(s: RaftStorage, path: Path) -> RaftStorage:
+    s.close()
+    return RaftStorage(path)
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    """A second connection that edits the file behind the storage's back, to fake corruption."""
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def test_fresh_storage_is_empty(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    assert s.load() == LoadedState(HardState(), None, [])
+    s.close()
+
+
+def test_round_trip_survives_reopen(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    hs = HardState(term=3, vote=2, commit=4)
+    entries = [*ents(1, 3, 1), Entry(2, 4, EntryType.CONF_CHANGE, b"\x01\x02"), Entry(3, 5)]
+    s.save(hs, entries)
+    assert s.load() == LoadedState(hs, None, entries)
+    s = reopen(s, db_path)
+    assert s.load() == LoadedState(hs, None, entries)
+    s.close()
+
+
+def test_hard_state_only_and_empty_save(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(HardState(1, 1, 0), ents(1, 2, 1))
+    s.save(HardState(2, 0, 2), [])
+    s.save(None, [])  # nothing to do
+    loaded = s.load()
+    assert loaded.hard_state == HardState(2, 0, 2)
+    assert loaded.entries == ents(1, 2, 1)
+    s.close()
+
+
+def test_conflicting_entries_truncate_the_tail(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(HardState(1, 1, 0), ents(1, 5, 1))
+    s.save(HardState(2, 2, 0), ents(3, 4, 2))
+    assert s.load().entries == ents(1, 2, 1) + ents(3, 4, 2)  # entry 5 is gone
+    s.save(None, ents(5, 6, 2))  # plain append
+    s = reopen(s, db_path)
+    assert s.load().entries == ents(1, 2, 1) + ents(3, 6, 2)
+    s.close()
+
+
+def test_invalid_saves_are_refused_and_write_nothing(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(HardState(1, 1, 0), ents(1, 3, 1))
+    before = s.load()
+    with pytest.raises(ValueError, match="gap"):
+        s.save(HardState(9, 9, 9), ents(5, 6, 1))
+    with pytest.raises(ValueError, match="contiguous"):
+        s.save(None, [Entry(1, 4), Entry(1, 6)])
+    assert s.load() == before
+    s.save(None, [], snap(10, 2))
+    with pytest.raises(ValueError, match="snapshot index"):
+        s.save(None, ents(10, 11, 2))
+    with pytest.raises(ValueError, match="older"):
+        s.save(None, [], snap(9, 2))
+    s.close()
+
+
+def test_snapshot_install_replaces_the_log(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(HardState(1, 1, 3), ents(1, 5, 1))
+    sn = snap(3, 1, b"leader state")  # even an older-than-log snapshot drops every entry
+    s.save(HardState(2, 0, 3), [], sn)
+    assert s.load() == LoadedState(HardState(2, 0, 3), sn, [])
+    sn2 = snap(20, 2, b"newer")
+    s.save(HardState(3, 0, 20), ents(21, 22, 3), sn2)  # snapshot and entries in one batch
+    s = reopen(s, db_path)
+    assert s.load() == LoadedState(HardState(3, 0, 20), sn2, ents(21, 22, 3))
+    s.close()
+
+
+def test_compact_drops_entries_up_to_upto(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(HardState(1, 1, 10), ents(1, 10, 1))
+    sn = snap(7, 1)
+    s.compact(sn, upto=5)
+    # Entries 6 and 7 stay on disk for slow followers, but load() starts after the snapshot.
+    assert s.load() == LoadedState(HardState(1, 1, 10), sn, ents(8, 10, 1))
+    with raw(db_path) as c:
+        assert [r[0] for r in c.execute("SELECT idx FROM entries ORDER BY idx")] == list(
+            range(6, 11)
+        )
+    s.save(None, ents(9, 9, 2))  # appends after a compaction still truncate correctly
+    s.compact(snap(9, 2), upto=9)
+    s = reopen(s, db_path)
+    assert s.load() == LoadedState(HardState(1, 1, 10), snap(9, 2), [])
+    s.close()
+
+
+def test_compact_refuses_bad_arguments(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(None, ents(1, 10, 1))
+    s.compact(snap(5, 1), upto=5)
+    with pytest.raises(ValueError, match="beyond"):
+        s.compact(snap(6, 1), upto=7)
+    with pytest.raises(ValueError, match="older"):
+        s.compact(snap(4, 1), upto=4)
+    with pytest.raises(ValueError, match="term"):
+        s.compact(snap(8, 5), upto=6)  # entry 8 has term 1
+    assert s.load().snapshot == snap(5, 1)
+    s.close()
+
+
+def test_load_detects_a_gap(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(None, ents(1, 5, 1))
+    with raw(db_path) as c:
+        c.execute("DELETE FROM entries WHERE idx = 3")
+    with pytest.raises(StorageCorrupt, match="gap"):
+        s.load()
+    s.close()
+
+
+def test_load_detects_log_not_starting_at_one(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(None, ents(1, 5, 1))
+    with raw(db_path) as c:
+        c.execute("DELETE FROM entries WHERE idx = 1")
+    with pytest.raises(StorageCorrupt, match="no snapshot"):
+        s.load()
+    s.close()
+
+
+def test_load_detects_entries_missing_after_snapshot(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(None, ents(6, 8, 2), snap(5, 1))
+    with raw(db_path) as c:
+        c.execute("DELETE FROM entries WHERE idx = 6")
+    with pytest.raises(StorageCorrupt, match="missing"):
+        s.load()
+    s.close()
+
+
+def test_load_detects_term_mismatch_at_snapshot(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(None, ents(1, 6, 1))
+    s.compact(snap(4, 1), upto=2)
+    with raw(db_path) as c:
+        c.execute("UPDATE entries SET term = 7 WHERE idx = 4")
+    with pytest.raises(StorageCorrupt, match="term"):
+        s.load()
+    s.close()
+
+
+def test_load_detects_unknown_entry_type(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.save(None, ents(1, 2, 1))
+    with raw(db_path) as c:
+        c.execute("UPDATE entries SET type = 42 WHERE idx = 2")
+    with pytest.raises(StorageCorrupt, match="type"):
+        s.load()
+    s.close()
+
+
+def test_unknown_schema_version_is_refused(db_path: Path) -> None:
+    RaftStorage(db_path).close()
+    with raw(db_path) as c:
+        c.execute("UPDATE meta SET value = 99 WHERE key = 'schema_version'")
+    with pytest.raises(StorageCorrupt, match="schema version"):
+        RaftStorage(db_path)
+
+
+def test_file_is_wal_and_full_sync(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    with raw(db_path) as c:
+        assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    s.save(None, ents(1, 1, 1))
+    assert s.size_bytes() > 0
+    before = s.size_bytes()
+    s.save(None, [Entry(1, i, data=b"x" * 1000) for i in range(2, 50)])
+    assert s.size_bytes() > before
+    s.close()
+
+
+def test_closed_storage_raises(db_path: Path) -> None:
+    s = RaftStorage(db_path)
+    s.close()
+    s.close()  # idempotent
+    with pytest.raises(StorageError, match="closed"):
+        s.load()
+
+
+# ---- model-based test ------------------------------------------------------------------------
+
+
+class LogModel:
+    """What the storage should hold: everything on disk, including the compaction tail."""
+
+    def __init__(self) -> None:
+        self.hs = HardState()
+        self.snap: Snapshot | None = None
+        self.log: dict[int, Entry] = {}
+
+    @property
+    def snap_index(self) -> int:
+        return 0 if self.snap is None else self.snap.meta.index
+
+    @property
+    def last(self) -> int:
+        return max([self.snap_index, *self.log])
+
+    def expected(self) -> LoadedState:
+        kept = [self.log[i] for i in sorted(self.log) if i > self.snap_index]
+        return LoadedState(self.hs, self.snap, kept)
+
+
+hard_states = st.builds(
+    HardState,
+    st.integers(0, 1000),
+    st.integers(0, 7),
+    st.integers(0, 1000),
+)
+
+
+def draw_entries(data: st.DataObject, first: int) -> list[Entry]:
+    n = data.draw(st.integers(0, 6), label="n")
+    term = data.draw(st.integers(1, 9), label="term")
+    types = data.draw(st.lists(st.sampled_from(EntryType), min_size=n, max_size=n), label="types")
+    payload = data.draw(st.binary(max_size=16), label="payload")
+    return [Entry(term, first + k, types[k], payload) for k in range(n)]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_random_saves_match_in_memory_model(data: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "raft.db"
+        s = RaftStorage(path)
+        model = LogModel()
+        try:
+            for _ in range(data.draw(st.integers(1, 15), label="steps")):
+                kind = data.draw(
+                    st.sampled_from(["append", "install", "compact", "hard_state", "reopen"]),
+                    label="op",
+                )
+                if kind == "append":
+                    first = data.draw(st.integers(model.snap_index + 1, model.last + 1))
+                    entries = draw_entries(data, first)
+                    hs = data.draw(st.none() | hard_states)
+                    s.save(hs, entries)
+                    if entries:
+                        model.log = {i: e for i, e in model.log.items() if i < first}
+                        model.log.update({e.index: e for e in entries})
+                    if hs is not None:
+                        model.hs = hs
+                elif kind == "install":
+                    index = data.draw(st.integers(model.snap_index, model.last + 5))
+                    sn = snap(index, data.draw(st.integers(1, 9)), data.draw(st.binary(max_size=8)))
+                    entries = draw_entries(data, index + 1)
+                    s.save(None, entries, sn)
+                    model.snap = sn
+                    model.log = {e.index: e for e in entries}
+                elif kind == "compact":
+                    index = data.draw(st.integers(model.snap_index, model.last))
+                    upto = data.draw(st.integers(0, index))
+                    at = model.log.get(index)
+                    term = at.term if at is not None else data.draw(st.integers(1, 9))
+                    sn = snap(index, term)
+                    s.compact(sn, upto)
+                    model.snap = sn
+                    model.log = {i: e for i, e in model.log.items() if i > upto}
+                elif kind == "hard_state":
+                    model.hs = data.draw(hard_states)
+                    s.save(model.hs, [])
+                else:
+                    s = reopen(s, path)
+                assert s.load() == model.expected()
+            s = reopen(s, path)
+            assert s.load() == model.expected()
+        finally:
+            s.close()
+
+
+# ---- DbThread --------------------------------------------------------------------------------
+
+
+async def test_dbthread_never_overlaps_calls() -> None:
+    db = DbThread()
+    lock = threading.Lock()
+    active = 0
+    max_active = 0
+    order: list[int] = []
+
+    def work(i: int) -> int:
+        nonlocal active, max_active
+        with lock:
+            active += 1
+            max_active = max(max_active, active)
+        time.sleep(0.005)  # widen the window in which an overlap would be seen
+        with lock:
+            order.append(i)
+            active -= 1
+        return i * 10
+
+    results: dict[int, int] = {}
+
+    async def call(i: int) -> None:
+        results[i] = await db.run(work, i)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(10):
+            nursery.start_soon(call, i)
+
+    assert max_active == 1
+    assert sorted(order) == list(range(10))
+    assert results == {i: i * 10 for i in range(10)}
+
+
+async def test_dbthread_cancelled_call_still_blocks_the_next_one() -> None:
+    db = DbThread()
+    started = trio.Event()
+    release = threading.Event()
+    first_done = threading.Event()
+    second_saw_first_done: list[bool] = []
+
+    def slow() -> None:
+        trio.from_thread.run_sync(started.set)
+        release.wait(5)
+        first_done.set()
+
+    def after() -> None:
+        second_saw_first_done.append(first_done.is_set())
+
+    async def cancelled_caller() -> None:
+        with trio.move_on_after(0.01):
+            await db.run(slow)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cancelled_caller)
+        await started.wait()
+        nursery.start_soon(db.run, after)
+        await trio.sleep(0.05)  # well past the caller's deadline
+        assert second_saw_first_done == []  # `slow` still owns the database
+        release.set()
+
+    assert second_saw_first_done == [True]
+
+
+async def test_dbthread_propagates_exceptions(db_path: Path) -> None:
+    db = DbThread()
+    s = await db.run(RaftStorage, db_path)
+    await db.run(s.save, HardState(1, 1, 0), ents(1, 3, 1))
+    with pytest.raises(ValueError, match="gap"):
+        await db.run(s.save, None, ents(9, 9, 1))
+    loaded = await db.run(s.load)
+    assert loaded.entries == ents(1, 3, 1)
+    await db.run(s.close)
