@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from orchestrator.sim.raft_sim import SimFailure, run_seed  # noqa: E402  (path set above)
+from orchestrator.sim.raft_sim import SimFailure, run_seed
 
 
 def _one(seed: int) -> tuple[int, str | None]:
@@ -52,8 +52,10 @@ def main() -> int:
             if err is not None:
                 failed.append(seed)
                 print(err, file=sys.stderr)
-                print(f"replay: python benches/raft_sim.py --start {seed} --seeds 1 -v",
-                      file=sys.stderr)
+                print(
+                    f"replay: python benches/raft_sim.py --start {seed} --seeds 1 -v",
+                    file=sys.stderr,
+                )
     passed = len(seeds) - len(failed)
     print(f"# {len(seeds)} seeds in {time.monotonic() - t0:.1f}s")
     print(f"{passed} passed, {len(failed)} failed")

@@ -96,7 +96,8 @@ def decode_message(data: bytes) -> Message:
         if voters & learners:
             raise CodecError("a node cannot be both voter and learner")
         meta = SnapshotMeta(
-            _int(snap[0], "snapshot index"), _int(snap[1], "snapshot term"),
+            _int(snap[0], "snapshot index"),
+            _int(snap[1], "snapshot term"),
             ConfState(voters, learners),
         )
         snapshot = Snapshot(meta, _bytes(snap[4], "snapshot data"))

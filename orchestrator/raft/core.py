@@ -56,8 +56,8 @@ from .types import (
     MsgType,
     NodeId,
     ProposalDropped,
-    Ready,
     ReadState,
+    Ready,
     Role,
     Snapshot,
     SnapshotMeta,
@@ -65,6 +65,8 @@ from .types import (
 )
 
 TRANSFER_CONTEXT = b"transfer"  # marks a campaign caused by leadership transfer
+_EMPTY_HARD_STATE = HardState()
+_EMPTY_SNAPSHOT = SnapshotMeta()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +111,8 @@ class RaftCore:
         config: RaftConfig,
         rng: random.Random,
         *,
-        hard_state: HardState = HardState(),
-        snapshot: SnapshotMeta = SnapshotMeta(),
+        hard_state: HardState = _EMPTY_HARD_STATE,
+        snapshot: SnapshotMeta = _EMPTY_SNAPSHOT,
         entries: Iterable[Entry] = (),
         applied: int = 0,
     ) -> None:
@@ -178,8 +180,12 @@ class RaftCore:
             "voters": sorted(self.conf.voters),
             "learners": sorted(self.conf.learners),
             "progress": {
-                pid: {"match": p.match, "next": p.next, "state": p.state.name.lower(),
-                      "learner": p.is_learner}
+                pid: {
+                    "match": p.match,
+                    "next": p.next,
+                    "state": p.state.name.lower(),
+                    "learner": p.is_learner,
+                }
                 for pid, p in sorted(self.prs.items())
             }
             if self.role is Role.LEADER
@@ -194,7 +200,9 @@ class RaftCore:
         self.lead = NONE
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
-        self.randomized_timeout = self.cfg.election_tick + self.rng.randrange(self.cfg.election_tick)
+        self.randomized_timeout = self.cfg.election_tick + self.rng.randrange(
+            self.cfg.election_tick
+        )
         self.votes = {}
         self.lead_transferee = NONE
         self.reads.clear()
@@ -269,7 +277,9 @@ class RaftCore:
 
     def _quorum_active(self) -> bool:
         active = sum(
-            1 for pid in self.conf.voters if pid == self.id or (pid in self.prs and self.prs[pid].recent_active)
+            1
+            for pid in self.conf.voters
+            if pid == self.id or (pid in self.prs and self.prs[pid].recent_active)
         )
         return active * 2 > len(self.conf.voters)
 
@@ -291,8 +301,17 @@ class RaftCore:
         ctx = TRANSFER_CONTEXT if transfer else b""
         for pid in sorted(self.conf.voters):
             if pid != self.id:
-                self._send(Message(kind, pid, self.id, term, log_term=self.log.last_term(),
-                                   index=self.log.last_index(), context=ctx))
+                self._send(
+                    Message(
+                        kind,
+                        pid,
+                        self.id,
+                        term,
+                        log_term=self.log.last_term(),
+                        index=self.log.last_index(),
+                        context=ctx,
+                    )
+                )
 
     def _poll(self, pid: NodeId, granted: bool) -> str:
         if pid in self.conf.voters:
@@ -314,7 +333,8 @@ class RaftCore:
             if m.type in (MsgType.VOTE, MsgType.PRE_VOTE):
                 forced = m.context == TRANSFER_CONTEXT
                 in_lease = (
-                    self.cfg.check_quorum and self.lead != NONE
+                    self.cfg.check_quorum
+                    and self.lead != NONE
                     and self.election_elapsed < self.cfg.election_tick
                 )
                 if in_lease and not forced:
@@ -401,7 +421,9 @@ class RaftCore:
             self.election_elapsed = 0
             self.lead = m.frm
             self.log.commit_to(min(m.commit, self.log.last_index()))
-            self._send(Message(MsgType.HEARTBEAT_RESP, m.frm, self.id, self.term, context=m.context))
+            self._send(
+                Message(MsgType.HEARTBEAT_RESP, m.frm, self.id, self.term, context=m.context)
+            )
         elif t is MsgType.SNAP:
             self.election_elapsed = 0
             self.lead = m.frm
@@ -423,10 +445,18 @@ class RaftCore:
             self._send(Message(MsgType.APP_RESP, m.frm, self.id, self.term, index=last_new))
             return
         hint = log.find_conflict_by_term(min(m.index, log.last_index()), m.log_term)
-        self._send(Message(
-            MsgType.APP_RESP, m.frm, self.id, self.term, index=m.index, reject=True,
-            reject_hint=hint, log_term=log.term(hint) or 0,
-        ))
+        self._send(
+            Message(
+                MsgType.APP_RESP,
+                m.frm,
+                self.id,
+                self.term,
+                index=m.index,
+                reject=True,
+                reject_hint=hint,
+                log_term=log.term(hint) or 0,
+            )
+        )
 
     def _handle_snapshot(self, m: Message) -> None:
         s = m.snapshot
@@ -508,8 +538,18 @@ class RaftCore:
         ents = log.slice(pr.next, log.last_index() + 1, self.cfg.max_msg_bytes)
         if not ents and not allow_empty:
             return False
-        self._send(Message(MsgType.APP, to, self.id, self.term, log_term=prev_term, index=prev,
-                           entries=ents, commit=log.committed))
+        self._send(
+            Message(
+                MsgType.APP,
+                to,
+                self.id,
+                self.term,
+                log_term=prev_term,
+                index=prev,
+                entries=ents,
+                commit=log.committed,
+            )
+        )
         pr.sent_entries(ents[-1].index if ents else prev, len(ents))
         return True
 
@@ -532,8 +572,9 @@ class RaftCore:
             if pid != self.id:
                 # Never let a follower commit past what it is known to hold.
                 commit = min(pr.match, self.log.committed)
-                self._send(Message(MsgType.HEARTBEAT, pid, self.id, self.term, commit=commit,
-                                   context=ctx))
+                self._send(
+                    Message(MsgType.HEARTBEAT, pid, self.id, self.term, commit=commit, context=ctx)
+                )
 
     def _maybe_commit(self) -> bool:
         idx = quorum_index([self.prs[v].match for v in self.conf.voters if v in self.prs])
@@ -575,9 +616,7 @@ class RaftCore:
                 raise ProposalDropped(f"node {cc.node_id} is not a member", self.lead)
             if voters == {cc.node_id}:
                 raise ProposalDropped("cannot remove the last voter", self.lead)
-        elif cc.type is ConfChangeType.ADD_LEARNER and cc.node_id in voters:
-            raise ProposalDropped(f"node {cc.node_id} is already a voter", self.lead)
-        elif cc.type is ConfChangeType.ADD_VOTER and cc.node_id in voters:
+        elif cc.node_id in voters:  # adding or promoting an existing voter
             raise ProposalDropped(f"node {cc.node_id} is already a voter", self.lead)
         index = self.log.last_index() + 1
         self._append([Entry(self.term, index, EntryType.CONF_CHANGE, cc.encode())])
@@ -639,8 +678,16 @@ class RaftCore:
         if req.frm == NONE:
             self.read_states.append(ReadState(req.index, ctx))
         else:
-            self._send(Message(MsgType.READ_INDEX_RESP, req.frm, self.id, self.term,
-                               index=req.index, context=ctx))
+            self._send(
+                Message(
+                    MsgType.READ_INDEX_RESP,
+                    req.frm,
+                    self.id,
+                    self.term,
+                    index=req.index,
+                    context=ctx,
+                )
+            )
 
     def transfer_leadership(self, target: NodeId) -> None:
         if self.role is not Role.LEADER:

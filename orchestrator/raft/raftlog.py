@@ -127,7 +127,9 @@ class RaftLog:
             self.stable = first - 1
         return self.last_index()
 
-    def maybe_append(self, index: int, log_term: int, commit: int, entries: list[Entry]) -> int | None:
+    def maybe_append(
+        self, index: int, log_term: int, commit: int, entries: list[Entry]
+    ) -> int | None:
         """Follower side of AppendEntries. Returns the last index now known to match the
         leader, or None when the entry at `index` does not have term `log_term`."""
         if not self.match_term(index, log_term):
@@ -161,7 +163,9 @@ class RaftLog:
     def compact(self, snapshot: SnapshotMeta, upto: int) -> None:
         """Forget entries up to `upto` (already applied and covered by `snapshot`)."""
         if upto > self.applied or upto > snapshot.index:
-            raise ValueError(f"cannot compact to {upto}: applied {self.applied}, snapshot {snapshot.index}")
+            raise ValueError(
+                f"cannot compact to {upto}: applied {self.applied}, snapshot {snapshot.index}"
+            )
         if snapshot.index >= self.snapshot.index:
             self.snapshot = snapshot
         if upto <= self.offset:

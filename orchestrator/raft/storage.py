@@ -45,6 +45,9 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS snapshot ("
     " id INTEGER PRIMARY KEY CHECK (id = 1), idx INTEGER NOT NULL, term INTEGER NOT NULL,"
     " voters BLOB NOT NULL, learners BLOB NOT NULL, data BLOB NOT NULL)",
+    # The peer address book (node id -> "host:port"), kept by the driver as membership
+    # changes are applied; addresses are not part of the Raft core's state.
+    "CREATE TABLE IF NOT EXISTS peers (id INTEGER PRIMARY KEY, addr TEXT NOT NULL)",
 )
 
 # Statements are module constants so sqlite3's per-connection statement cache keeps them
@@ -322,6 +325,16 @@ class RaftStorage:
                 snapshot.data,
             ),
         )
+
+    def load_peers(self) -> dict[int, str]:
+        rows = self._db().execute("SELECT id, addr FROM peers").fetchall()
+        return {int(i): str(a) for i, a in rows}
+
+    def save_peers(self, peers: dict[int, str]) -> None:
+        """Replace the address book (one transaction)."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM peers")
+            conn.executemany("INSERT INTO peers (id, addr) VALUES (?, ?)", sorted(peers.items()))
 
     def close(self) -> None:
         """Close the connection; idempotent. Every committed change is already durable."""

@@ -41,7 +41,7 @@ import msgpack
 import trio
 
 from .codec import CodecError, decode_message, encode_message
-from .framing import MAX_FRAME, FrameDecoder, FrameTooLarge, encode_frame
+from .framing import MAX_FRAME, FrameDecoder, FramingError, encode_frame
 from .types import Message, NodeId
 
 __all__ = ["Address", "FaultInjector", "PeerTransport", "TransportStatistics"]
@@ -169,8 +169,7 @@ class TransportStatistics:
 class _Peer:
     """Per-peer sending state. The queue outlives connections; the scopes do not."""
 
-    __slots__ = ("addr", "conn_scope", "connected", "node_id", "nonempty", "queue", "scope",
-                 "wake")
+    __slots__ = ("addr", "conn_scope", "connected", "node_id", "nonempty", "queue", "scope", "wake")
 
     def __init__(self, node_id: NodeId, addr: Address) -> None:
         self.node_id = node_id
@@ -231,8 +230,6 @@ class PeerTransport:
         # Explicitly removed members are not re-learned from their hellos: a removed server that
         # is still running must not sneak back into our address book.
         self._removed: set[NodeId] = set()
-        for peer_id, addr in peers.items():
-            self.set_peer(peer_id, addr)
 
         self._inbound_send: trio.MemorySendChannel[Message]
         self.inbound: trio.MemoryReceiveChannel[Message]
@@ -257,6 +254,9 @@ class PeerTransport:
         self._dropped_misrouted = 0
         self._dropped_inbound_full = 0
         self._dropped_send_failed = 0
+
+        for peer_id, addr in peers.items():
+            self.set_peer(peer_id, addr)
 
     # ------------------------------------------------------------------ public API
 
@@ -424,6 +424,7 @@ class PeerTransport:
         """One connection's lifetime. Returns whether it got as far as sending the hello."""
         # Repeated failures to reach a down peer are expected; only the first one is news.
         level = logging.INFO if failures == 0 else logging.DEBUG
+        established = False
         scope = peer.conn_scope = trio.CancelScope()
         try:
             with scope:
@@ -431,32 +432,56 @@ class PeerTransport:
                     with trio.move_on_after(CONNECT_TIMEOUT) as connect_scope:
                         stream = await trio.open_tcp_stream(*addr)
                 except OSError as exc:
-                    log.log(level, "node %d: cannot connect to peer %d at %s:%d: %s",
-                            self.node_id, peer.node_id, addr[0], addr[1], exc)
+                    log.log(
+                        level,
+                        "node %d: cannot connect to peer %d at %s:%d: %s",
+                        self.node_id,
+                        peer.node_id,
+                        addr[0],
+                        addr[1],
+                        exc,
+                    )
                     return False
                 if connect_scope.cancelled_caught:
-                    log.log(level, "node %d: connecting to peer %d at %s:%d timed out",
-                            self.node_id, peer.node_id, addr[0], addr[1])
+                    log.log(
+                        level,
+                        "node %d: connecting to peer %d at %s:%d timed out",
+                        self.node_id,
+                        peer.node_id,
+                        addr[0],
+                        addr[1],
+                    )
                     return False
                 async with stream:
                     try:
                         await stream.send_all(self._hello)
                     except _CONN_ERRORS as exc:
-                        log.log(level, "node %d: hello to peer %d failed: %s",
-                                self.node_id, peer.node_id, exc)
+                        log.log(
+                            level,
+                            "node %d: hello to peer %d failed: %s",
+                            self.node_id,
+                            peer.node_id,
+                            exc,
+                        )
                         return False
-                    peer.connected = True
-                    log.info("node %d: connected to peer %d at %s:%d",
-                             self.node_id, peer.node_id, addr[0], addr[1])
+                    established = peer.connected = True
+                    log.info(
+                        "node %d: connected to peer %d at %s:%d",
+                        self.node_id,
+                        peer.node_id,
+                        addr[0],
+                        addr[1],
+                    )
                     try:
                         async with trio.open_nursery() as nursery:
-                            nursery.start_soon(self._watch_outbound, peer, stream,
-                                               nursery.cancel_scope)
+                            nursery.start_soon(
+                                self._watch_outbound, peer, stream, nursery.cancel_scope
+                            )
                             await self._write_loop(peer, stream)
                             nursery.cancel_scope.cancel()
                     finally:
                         peer.connected = False
-            return True
+            return established  # also reached when set_peer cancelled the attempt
         finally:
             if peer.conn_scope is scope:
                 peer.conn_scope = None
@@ -478,8 +503,12 @@ class PeerTransport:
                 await stream.send_all(data)
                 written = True
             except _CONN_ERRORS as exc:
-                log.info("node %d: connection to peer %d lost while sending: %s",
-                         self.node_id, peer.node_id, exc)
+                log.info(
+                    "node %d: connection to peer %d lost while sending: %s",
+                    self.node_id,
+                    peer.node_id,
+                    exc,
+                )
                 return
             finally:
                 if written:
@@ -497,8 +526,14 @@ class PeerTransport:
                 self._dropped_bad_frame += 1
                 continue
             if len(payload) > self.max_frame:  # the peer would close the connection on it
-                log.warning("node %d: dropping %s to %d: %d bytes exceeds max_frame %d",
-                            self.node_id, msg.type.name, msg.to, len(payload), self.max_frame)
+                log.warning(
+                    "node %d: dropping %s to %d: %d bytes exceeds max_frame %d",
+                    self.node_id,
+                    msg.type.name,
+                    msg.to,
+                    len(payload),
+                    self.max_frame,
+                )
                 self._dropped_bad_frame += 1
                 continue
             frames.append(encode_frame(payload))
@@ -516,8 +551,11 @@ class PeerTransport:
             log.info("node %d: connection to peer %d lost: %s", self.node_id, peer.node_id, exc)
         else:
             if data:
-                log.warning("node %d: peer %d wrote on our outbound connection; reconnecting",
-                            self.node_id, peer.node_id)
+                log.warning(
+                    "node %d: peer %d wrote on our outbound connection; reconnecting",
+                    self.node_id,
+                    peer.node_id,
+                )
             else:
                 log.info("node %d: peer %d closed the connection", self.node_id, peer.node_id)
         conn.cancel()
@@ -530,8 +568,9 @@ class PeerTransport:
             async with stream:
                 await self._serve_inbound(stream, conn)
         except _CONN_ERRORS as exc:
-            log.info("node %d: inbound connection from %s failed: %s",
-                     self.node_id, conn.remote, exc)
+            log.info(
+                "node %d: inbound connection from %s failed: %s", self.node_id, conn.remote, exc
+            )
 
     async def _serve_inbound(self, stream: trio.SocketStream, conn: _Inbound) -> None:
         decoder = FrameDecoder(min(HELLO_MAX, self.max_frame))
@@ -552,15 +591,24 @@ class PeerTransport:
                             decoder.max_frame = self.max_frame
                         else:
                             self._deliver(payload, conn)
-                except FrameTooLarge as exc:
+                except FramingError as exc:  # the stream is desynchronised: give up on it
                     self._dropped_bad_frame += 1
-                    log.warning("node %d: closing connection from %s (peer %s): %s",
-                                self.node_id, conn.remote, conn.peer_id, exc)
+                    log.warning(
+                        "node %d: closing connection from %s (peer %s): %s",
+                        self.node_id,
+                        conn.remote,
+                        conn.peer_id,
+                        exc,
+                    )
                     return
         if hello_deadline.cancelled_caught:
             self._dropped_bad_frame += 1
-            log.warning("node %d: no hello from %s within %.1fs; closing",
-                        self.node_id, conn.remote, HELLO_TIMEOUT)
+            log.warning(
+                "node %d: no hello from %s within %.1fs; closing",
+                self.node_id,
+                conn.remote,
+                HELLO_TIMEOUT,
+            )
 
     def _accept_hello(self, payload: bytes, stream: trio.SocketStream, conn: _Inbound) -> bool:
         hello = _parse_hello(payload)
@@ -574,11 +622,17 @@ class PeerTransport:
         if host in _WILDCARD_HOSTS:  # it listens everywhere; the address it came from will do
             host = conn.remote.rsplit(":", 1)[0].strip("[]")
         if peer_id not in self._peers and peer_id not in self._removed:
-            log.info("node %d: learned address %s:%d of peer %d from its hello",
-                     self.node_id, host, port, peer_id)
+            log.info(
+                "node %d: learned address %s:%d of peer %d from its hello",
+                self.node_id,
+                host,
+                port,
+                peer_id,
+            )
             self.set_peer(peer_id, (host, port))
-        log.debug("node %d: inbound connection from peer %d (%s)",
-                  self.node_id, peer_id, conn.remote)
+        log.debug(
+            "node %d: inbound connection from peer %d (%s)", self.node_id, peer_id, conn.remote
+        )
         return True
 
     def _deliver(self, payload: bytes, conn: _Inbound) -> None:
@@ -590,8 +644,14 @@ class PeerTransport:
             return
         if msg.to != self.node_id or msg.frm != conn.peer_id:
             self._dropped_misrouted += 1
-            self._complain(conn, "dropping %s from %d to %d on the connection of peer %s",
-                           msg.type.name, msg.frm, msg.to, conn.peer_id)
+            self._complain(
+                conn,
+                "dropping %s from %d to %d on the connection of peer %s",
+                msg.type.name,
+                msg.frm,
+                msg.to,
+                conn.peer_id,
+            )
             return
         try:
             self._inbound_send.send_nowait(msg)
@@ -607,8 +667,14 @@ class PeerTransport:
     def _complain(self, conn: _Inbound, fmt: str, *args: object) -> None:
         conn.complaints += 1
         level = logging.WARNING if conn.complaints <= _LOUD_COMPLAINTS else logging.DEBUG
-        log.log(level, "node %d: from %s (peer %s): " + fmt,
-                self.node_id, conn.remote, conn.peer_id, *args)
+        log.log(
+            level,
+            "node %d: from %s (peer %s): " + fmt,
+            self.node_id,
+            conn.remote,
+            conn.peer_id,
+            *args,
+        )
 
 
 def _parse_hello(payload: bytes) -> tuple[NodeId, Address] | str:

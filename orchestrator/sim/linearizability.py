@@ -46,11 +46,35 @@ Porcupine (Anish Athalye) and, for indeterminate operations, as specified by Kno
    the same as linearizing them after everything else, where nothing observes them). An
    indeterminate ``get`` has no effect and no observable output, so it is discarded up front.
 
-6. **Explanations.** When a key fails, the checker bisects for the *smallest failing prefix*:
+6. **Pruning.** Each rule below only discards moves when another move that is kept succeeds
+   whenever the discarded one would; so the search stays exact (a brute-force differential
+   test checks this).
+
+   - *Read-only moves are forced.* A completed operation whose output says it did not change
+     the state (a ``get``, a ``delete`` that found nothing, a ``cas`` that failed) can be moved
+     to the front of any linearization in which it is already a candidate and the model
+     accepts it now. So when such a candidate exists it is the only move tried.
+   - *Useless indeterminate moves are skipped.* Taking an indeterminate operation that leaves
+     the state unchanged now gains nothing: it stays available for later.
+   - *Symmetry.* Operations with the same kind, arguments and output make identical steps; if
+     A's window starts and ends before B's, B only becomes a candidate after A.
+   - *Dominance.* Reaching a state without some indeterminate operation leaves more options
+     than reaching it with it (the operation is optional). So a configuration is dead if the
+     one without any single one of its indeterminate operations is cached.
+   - *Order.* Completed candidates are tried before indeterminate ones, which are rarely
+     needed; this only changes how fast a linearization is found.
+
+   Failing histories are still the expensive case: the search has to exhaust every
+   configuration before the point of failure. Memory grows with the number of configurations
+   cached (roughly ``n/8`` bytes plus ~100 bytes each for ``n`` operations on a key).
+
+7. **Explanations.** When a key fails, the checker looks for the *smallest failing prefix*:
    the history cut right after the k-th return event (operations still running at the cut
-   become indeterminate). Non-linearizability is monotone in k, so bisection is exact; the
-   operation returning at the cut is the first one that cannot be placed. The explanation
-   lists the operations of that prefix and the longest partial linearization found for it.
+   become indeterminate). Non-linearizability is monotone in k. The failed search already
+   proves the prefix up to the first return it could never get past is linearizable, so the
+   next prefix is tried first and bisection takes over if that one passes. The operation
+   returning at the cut is the first one that cannot be placed; the explanation lists the
+   operations of that prefix and the longest partial linearization found for it.
 
 The register model per key: the state is the current value (``None`` = absent). ``put`` sets
 it (its output is not checked: a put that did not succeed must be recorded as indeterminate);
@@ -154,7 +178,10 @@ class _Entry:
         "match",
         "next",
         "output",
+        "prereq",
         "prev",
+        "rank",
+        "read_only",
         "value",
     )
 
@@ -163,6 +190,8 @@ class _Entry:
         self.match: _Entry = self
         self.prev: _Entry = self
         self.next: _Entry = self
+        self.prereq = 0  # bit of an identical operation that must be linearized first
+        self.rank = 0  # return entries: how many finite returns precede this one
         if op is None:
             self.index = -1
             self.bit = 0
@@ -171,6 +200,7 @@ class _Entry:
             self.expected: _State = None
             self.output: object = None
             self.completed = False
+            self.read_only = False
         else:
             self.index = op.index
             self.bit = 1 << op.index
@@ -179,6 +209,7 @@ class _Entry:
             self.expected = op.expected
             self.output = op.output
             self.completed = op.completed
+            self.read_only = op.completed and _is_read_only(op)
 
 
 @dataclass(slots=True)
@@ -186,6 +217,9 @@ class _Outcome:
     status: int
     best: list[int] = field(default_factory=list)  # longest partial linearization (op indices)
     best_state: _State = None
+    # Failures only: every completed operation returning among the first `frontier` returns
+    # was linearized in some explored configuration, so that prefix is linearizable.
+    frontier: int = 0
 
 
 def _as_state(value: object, what: str) -> _State:
@@ -261,9 +295,12 @@ def _search(ops: Sequence[_KeyOp], deadline: float | None) -> _Outcome:
     tail = _Entry(None, False)
     call_entries: list[_Entry | None] = [None] * len(ops)
     prev = head
+    rank = 0
     for _time, is_return, index in events:
         if is_return:
             entry = _Entry(None, False)
+            entry.rank = rank
+            rank += 1
             call_entry = call_entries[index]
             assert call_entry is not None
             call_entry.match = entry
@@ -275,78 +312,208 @@ def _search(ops: Sequence[_KeyOp], deadline: float | None) -> _Outcome:
         prev = entry
     prev.next = tail
     tail.prev = prev
+    _link_identical(ops, events, call_entries)
 
     state: _State = None
     linearized = 0
-    stack: list[tuple[_Entry, _State]] = []
+    # (entry, state before it, forced): `forced` marks a read-only move (see below).
+    stack: list[tuple[_Entry, _State, bool]] = []
+    # Bits of the indeterminate operations currently linearized, in stack order.
+    indeterminate_used: list[int] = []
     cache: set[tuple[int, _State]] = set()
     best: list[int] = []
     best_state: _State = None
+    frontier = 0
     steps = 0
     monotonic = time.monotonic
 
-    entry = head.next
+    entry = head
+    # The moves of a configuration are tried in two passes over its candidates: completed
+    # operations first, then indeterminate ones, which are rarely needed.
+    indeterminate_pass = False
+    fresh = True  # just reached a new configuration
     while True:
         steps += 1
         if deadline is not None and not steps & _CLOCK_EVERY and monotonic() >= deadline:
             return _Outcome(_TIMEOUT, best, best_state)
-        if entry.is_call:
-            # Apply the model step for this candidate.
-            kind = entry.kind
-            if kind == _GET:  # only completed gets reach the search
-                accepted = entry.output == state
-                new_state = state
-            elif kind == _PUT:
-                accepted = True
-                new_state = entry.value
-            elif kind == _DELETE:
-                accepted = not entry.completed or entry.output is (state is not None)
-                new_state = None
-            elif state == entry.expected:  # cas that swaps
-                accepted = not entry.completed or entry.output is True
-                new_state = entry.value
-            else:  # cas that does not swap
-                accepted = not entry.completed or entry.output is False
-                new_state = state
-            if accepted:
-                new_linearized = linearized | entry.bit
-                config = (new_linearized, new_state)
-                if config not in cache:
+        backtrack = False
+        if fresh:
+            # In a new configuration, first look for a read-only move: a completed candidate
+            # that never changes the state and whose output the model accepts now. If one
+            # exists, it is the only move tried here (see "pruning" in the module docstring).
+            fresh = False
+            candidate = head.next
+            while candidate.is_call:
+                if (
+                    candidate.read_only
+                    and linearized & candidate.prereq == candidate.prereq
+                    and _step(candidate, state)[0]
+                ):
+                    break
+                candidate = candidate.next
+            if candidate.is_call:
+                new_linearized = linearized | candidate.bit
+                config = (new_linearized, state)
+                if config in cache:
+                    backtrack = True
+                else:
                     cache.add(config)
-                    stack.append((entry, state))
+                    stack.append((candidate, state, True))
+                    linearized = new_linearized
+                    remaining -= 1
+                    if remaining == 0:
+                        return _Outcome(_OK)
+                    _lift(candidate)
+                    fresh = True
+                    continue
+            entry = head.next
+            indeterminate_pass = False
+        if not backtrack and not entry.is_call and not indeterminate_pass:
+            # End of the first pass: go over the candidates again for indeterminate ones.
+            if entry.rank > frontier:
+                frontier = entry.rank
+            indeterminate_pass = True
+            entry = head.next
+            continue
+        if backtrack or not entry.is_call:
+            # The first pending return was reached in both passes: its operation can no
+            # longer be placed. Or the configuration is known to be dead. Backtrack.
+            while True:
+                if not stack:
+                    return _Outcome(_FAIL, best, best_state, frontier)
+                if len(stack) > len(best):  # a local maximum: remember it for the explanation
+                    best = [e.index for e, _, _ in stack]
+                    best_state = state
+                entry, state, forced = stack.pop()
+                linearized ^= entry.bit
+                if entry.completed:
+                    remaining += 1
+                else:
+                    indeterminate_used.pop()
+                _unlift(entry)
+                if not forced:
+                    break
+                # The configuration before a read-only move has no other moves worth trying.
+            indeterminate_pass = not entry.completed
+            entry = entry.next
+            continue
+        if entry.completed == indeterminate_pass or linearized & entry.prereq != entry.prereq:
+            # Not for this pass, or an identical operation must be taken first.
+            entry = entry.next
+            continue
+        accepted, new_state = _step(entry, state)
+        # An indeterminate operation that would not change the state is never worth taking.
+        if accepted and (entry.completed or new_state != state):
+            new_linearized = linearized | entry.bit
+            config = (new_linearized, new_state)
+            if config not in cache:
+                cache.add(config)
+                # Dominance: reaching the same state without one of the indeterminate
+                # operations leaves strictly more options, so if that configuration was
+                # already explored (and failed) this one fails too.
+                if entry.completed:
+                    dominated = False
+                    for bit in indeterminate_used:
+                        if (new_linearized ^ bit, new_state) in cache:
+                            dominated = True
+                            break
+                else:
+                    dominated = (linearized, new_state) in cache
+                    if not dominated:
+                        for bit in indeterminate_used:
+                            if (new_linearized ^ bit, new_state) in cache:
+                                dominated = True
+                                break
+                if not dominated:
+                    stack.append((entry, state, False))
                     state = new_state
                     linearized = new_linearized
                     if entry.completed:
                         remaining -= 1
                         if remaining == 0:
                             return _Outcome(_OK)
-                    # Lift the call and its return out of the list.
-                    entry.prev.next = entry.next
-                    entry.next.prev = entry.prev
-                    match = entry.match
-                    match.prev.next = match.next
-                    match.next.prev = match.prev
-                    entry = head.next
+                    else:
+                        indeterminate_used.append(entry.bit)
+                    _lift(entry)
+                    fresh = True
                     continue
-            entry = entry.next
-        else:
-            # A return: its operation can no longer be placed. Backtrack.
-            if not stack:
-                return _Outcome(_FAIL, best, best_state)
-            if len(stack) > len(best):  # a local maximum: remember it for the explanation
-                best = [e.index for e, _ in stack]
-                best_state = state
-            entry, state = stack.pop()
-            linearized ^= entry.bit
-            if entry.completed:
-                remaining += 1
-            # Unlift: put the return back, then the call.
-            match = entry.match
-            match.prev.next = match
-            match.next.prev = match
-            entry.prev.next = entry
-            entry.next.prev = entry
-            entry = entry.next
+        entry = entry.next
+
+
+def _link_identical(
+    ops: Sequence[_KeyOp],
+    events: Sequence[tuple[float, int, int]],
+    call_entries: Sequence[_Entry | None],
+) -> None:
+    """Symmetry reduction: order interchangeable operations.
+
+    Two operations with the same kind, arguments and output (both completed, or both
+    indeterminate) make identical model steps. If A's window starts and ends before B's (in
+    event order), any linearization using B before A -- or B but not A -- stays valid with the
+    two swapped, so B only becomes a candidate once A is linearized.
+    """
+    ret_pos = [0] * len(ops)
+    for pos, (_time, is_return, index) in enumerate(events):
+        if is_return:
+            ret_pos[index] = pos
+    classes: dict[tuple[int, _State, _State, object, bool], list[int]] = {}
+    for _time, is_return, index in events:
+        if is_return:
+            continue
+        op = ops[index]
+        members = classes.setdefault((op.kind, op.value, op.expected, op.output, op.completed), [])
+        # Members are in call order; look back a little for one that also returns first.
+        for other in reversed(members[-8:]):
+            if not op.completed or ret_pos[other] < ret_pos[index]:
+                entry = call_entries[index]
+                assert entry is not None
+                entry.prereq = 1 << other
+                break
+        members.append(index)
+
+
+def _is_read_only(op: _KeyOp) -> bool:
+    """Whether a completed operation, given its output, leaves the state alone wherever it is
+    placed: a get, a delete that found nothing, a cas that failed (or swapped x for x)."""
+    if op.kind == _GET:
+        return True
+    if op.kind == _DELETE:
+        return op.output is False
+    if op.kind == _CAS:
+        return op.output is False or op.expected == op.value
+    return False
+
+
+def _step(entry: _Entry, state: _State) -> tuple[bool, _State]:
+    """The register model: (does it accept the operation's output, the new state)."""
+    kind = entry.kind
+    if kind == _GET:  # only completed gets reach the search
+        return entry.output == state, state
+    if kind == _PUT:  # a put's output is not checked
+        return True, entry.value
+    if kind == _DELETE:
+        return not entry.completed or entry.output is (state is not None), None
+    if state == entry.expected:  # cas that swaps
+        return not entry.completed or entry.output is True, entry.value
+    return not entry.completed or entry.output is False, state  # cas that does not swap
+
+
+def _lift(entry: _Entry) -> None:
+    """Take a call entry and its return out of the list (they stay linked to it)."""
+    entry.prev.next = entry.next
+    entry.next.prev = entry.prev
+    match = entry.match
+    match.prev.next = match.next
+    match.next.prev = match.prev
+
+
+def _unlift(entry: _Entry) -> None:
+    """Undo `_lift`: put the return back, then the call."""
+    match = entry.match
+    match.prev.next = match
+    match.next.prev = match
+    entry.prev.next = entry
+    entry.next.prev = entry
 
 
 def _prefix(
@@ -422,13 +589,17 @@ def _explain_failure(
         pos for pos, (t, is_return, _i) in enumerate(order) if is_return and not math.isinf(t)
     ]
     # Bisect for the smallest k such that the prefix cut after the k-th return fails.
-    # Invariant: the prefix for `hi` is known to fail (the whole history does).
-    lo, hi = 0, len(return_positions) - 1
+    # Invariant: the prefix for `hi` is known to fail (the whole history does), and the one
+    # for `lo - 1` is known to pass (the search of the whole history got that far). Usually
+    # the prefix for `lo` fails, so try it first.
+    lo, hi = min(full.frontier, len(return_positions) - 1), len(return_positions) - 1
     hi_outcome = full
     hi_ops: Sequence[_KeyOp] = ops
     bisected = True
+    first = True
     while lo < hi:
-        mid = (lo + hi) // 2
+        mid = lo if first else (lo + hi) // 2
+        first = False
         candidate = _prefix(ops, order, return_positions[mid])
         outcome = _search(candidate, deadline)
         if outcome.status == _TIMEOUT:

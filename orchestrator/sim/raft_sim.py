@@ -28,6 +28,7 @@ import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -124,7 +125,7 @@ def encode(op: str, key: str, a: bytes | None = None, b: bytes | None = None) ->
 # ---------------------------------------------------------------------------- nodes
 @dataclass
 class Disk:
-    hard_state: HardState = HardState()
+    hard_state: HardState = field(default_factory=HardState)
     snapshot: Snapshot = field(default_factory=lambda: Snapshot(SnapshotMeta()))
     entries: list[Entry] = field(default_factory=list)
 
@@ -298,8 +299,9 @@ class _Op:
 
 
 class Simulation:
-    def __init__(self, seed: int, *, sm_factory: StateMachineFactory = MemoryKV,
-                 verbose: bool = False) -> None:
+    def __init__(
+        self, seed: int, *, sm_factory: StateMachineFactory = MemoryKV, verbose: bool = False
+    ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.sm_factory = sm_factory
@@ -336,8 +338,15 @@ class Simulation:
             self.nodes[nid].start()
 
     def raft_config(self, nid: NodeId) -> RaftConfig:
-        return RaftConfig(id=nid, election_tick=10, heartbeat_tick=1, pre_vote=self.pre_vote,
-                          check_quorum=self.check_quorum, max_inflight=8, max_msg_bytes=4096)
+        return RaftConfig(
+            id=nid,
+            election_tick=10,
+            heartbeat_tick=1,
+            pre_vote=self.pre_vote,
+            check_quorum=self.check_quorum,
+            max_inflight=8,
+            max_msg_bytes=4096,
+        )
 
     def log(self, text: str) -> None:
         line = f"[{self.now:>6}ms] {text}"
@@ -351,9 +360,9 @@ class Simulation:
 
     def run(self) -> SimResult:
         for nid in self.nodes:
-            self.at(self.rng.randint(0, TICK_MS), lambda nid=nid: self._tick(nid))
+            self.at(self.rng.randint(0, TICK_MS), partial(self._tick, nid))
         for c in range(self.n_clients):
-            self.at(self.rng.randint(0, 500), lambda c=c: self._client_next(c))
+            self.at(self.rng.randint(0, 500), partial(self._client_next, c))
         self.at(self.rng.randint(1000, 4000), self._nemesis)
         self._run_until(self.duration_ms)
         self._heal_all()
@@ -363,8 +372,16 @@ class Simulation:
         self._check_linearizable()
         done = sum(1 for o in self.ops if o.state == "done")
         indet = sum(1 for o in self.ops if o.state == "indeterminate")
-        return SimResult(self.seed, len(self.nodes), self.n_events, done, indet,
-                         len(self.leaders_by_term), self.now, self.log_lines[-20:])
+        return SimResult(
+            self.seed,
+            len(self.nodes),
+            self.n_events,
+            done,
+            indet,
+            len(self.leaders_by_term),
+            self.now,
+            self.log_lines[-20:],
+        )
 
     def _run_until(self, t_end: int) -> None:
         while self.events and self.events[0][0] <= t_end:
@@ -397,7 +414,7 @@ class Simulation:
             return
         copies = 2 if self.rng.random() < self.dup_rate else 1
         for _ in range(copies):
-            self.at(self.rng.randint(1, self.max_delay), lambda m=m: self._deliver(m))
+            self.at(self.rng.randint(1, self.max_delay), partial(self._deliver, m))
 
     def _deliver(self, m: Message) -> None:
         node = self.nodes.get(m.to)
@@ -419,7 +436,7 @@ class Simulation:
             n = r.choice(alive)
             self.log(f"crash node {n.id}")
             n.crash()
-            self.at(r.randint(200, 6000), lambda n=n: self._restart(n))
+            self.at(r.randint(200, 6000), partial(self._restart, n))
         elif choice < 0.45 and len(self.nodes) > 1:
             ids = list(self.nodes)
             r.shuffle(ids)
@@ -514,7 +531,8 @@ class Simulation:
             if idx > log.offset and log.term(idx) != term_i:
                 raise SimFailure(
                     f"leader completeness: leader {n.id} (term {term}) lacks committed entry "
-                    f"{idx}@{term_i}")
+                    f"{idx}@{term_i}"
+                )
 
     def check_applied(self, n: SimNode, e: Entry) -> None:
         rec = (e.term, int(e.type), e.data)
@@ -522,7 +540,8 @@ class Simulation:
         if prev != rec:
             raise SimFailure(
                 f"state machine safety: node {n.id} applied {e.index}@{e.term}, "
-                f"another applied {e.index}@{prev[0]}")
+                f"another applied {e.index}@{prev[0]}"
+            )
 
     def check_snapshot(self, n: SimNode, index: int, digest: Any) -> None:
         prev = self.snap_digests.setdefault(index, digest)
@@ -547,7 +566,8 @@ class Simulation:
         for n in members:
             if n.id in voters and n.sm.applied_index() < target:
                 raise SimFailure(
-                    f"liveness: node {n.id} applied {n.sm.applied_index()} < commit {target}")
+                    f"liveness: node {n.id} applied {n.sm.applied_index()} < commit {target}"
+                )
             if n.id in voters:
                 digests[n.id] = (n.sm.applied_index(), n.sm.digest())
         if len({repr(d) for d in digests.values()}) > 1:
@@ -561,7 +581,7 @@ class Simulation:
                 logs[n.id] = {e.index: e for e in lg.entries}
         ids = sorted(logs)
         for i, a in enumerate(ids):
-            for b in ids[i + 1:]:
+            for b in ids[i + 1 :]:
                 la, lb = logs[a], logs[b]
                 common = sorted(set(la) & set(lb), reverse=True)
                 matched = False
@@ -574,9 +594,16 @@ class Simulation:
 
     def _check_linearizable(self) -> None:
         ops = [
-            Operation(client=o.client, kind=o.kind, key=o.key, value=o.value, expected=o.expected,
-                      call=float(o.call), ret=None if o.state == "indeterminate" else float(o.ret or 0),
-                      output=o.output)
+            Operation(
+                client=o.client,
+                kind=o.kind,
+                key=o.key,
+                value=o.value,
+                expected=o.expected,
+                call=float(o.call),
+                ret=None if o.state == "indeterminate" else float(o.ret or 0),
+                output=o.output,
+            )
             for o in self.ops
             if o.state in ("done", "indeterminate")
         ]
@@ -606,15 +633,23 @@ class Simulation:
             return
         # Like a real client: go to the leader it was last pointed at, else anywhere.
         guess = self.nodes.get(self.leader_guess.get(c, 0))
-        node = guess if guess is not None and guess.alive and r.random() < 0.9 else r.choice(candidates)
+        node = (
+            guess
+            if guess is not None and guess.alive and r.random() < 0.9
+            else r.choice(candidates)
+        )
         try:
             if kind == "get":
                 ctx = f"r{op_id}".encode()
                 node.core.read_index(ctx)
                 node.reads[ctx] = op_id
             else:
-                data = encode(kind, key, expected if kind == "cas" else value,
-                              value if kind == "cas" else None)
+                data = encode(
+                    kind,
+                    key,
+                    expected if kind == "cas" else value,
+                    value if kind == "cas" else None,
+                )
                 index, term = node.core.propose([data])
                 node.pending[index] = Pending(op_id, index, term)
         except ProposalDropped as exc:
@@ -630,8 +665,10 @@ class Simulation:
             return
         op.state = state
         op.ret = self.now
-        self.at(self.rng.randint(1, 50) if state == "done" else self.rng.randint(50, 300),
-                lambda: self._client_next(op.client))
+        self.at(
+            self.rng.randint(1, 50) if state == "done" else self.rng.randint(50, 300),
+            lambda: self._client_next(op.client),
+        )
 
     def op_done(self, op_id: int, output: object) -> None:
         op = self.ops[op_id]
@@ -655,8 +692,9 @@ class Simulation:
             self._op_finish_retry(op_id, "failed" if op.kind == "get" else "indeterminate")
 
 
-def run_seed(seed: int, *, verbose: bool = False,
-             sm_factory: StateMachineFactory = MemoryKV) -> SimResult:
+def run_seed(
+    seed: int, *, verbose: bool = False, sm_factory: StateMachineFactory = MemoryKV
+) -> SimResult:
     """Run one seed; raises SimFailure (with the tail of the event log) on a violation."""
     sim = Simulation(seed, sm_factory=sm_factory, verbose=verbose)
     try:
@@ -664,4 +702,3 @@ def run_seed(seed: int, *, verbose: bool = False,
     except SimFailure as exc:
         tail = "\n".join(sim.log_lines[-30:])
         raise SimFailure(f"seed {seed}: {exc}\n--- last events ---\n{tail}") from exc
-

@@ -18,6 +18,7 @@ import msgpack
 import pytest
 import trio
 
+from orchestrator.raft import transport as transport_module
 from orchestrator.raft.codec import encode_message
 from orchestrator.raft.framing import encode_frame
 from orchestrator.raft.transport import FaultInjector, PeerTransport
@@ -32,8 +33,9 @@ def make_msg(frm: NodeId, to: NodeId, term: int = 1, data: bytes = b"") -> Messa
     return Message(MsgType.APP, to=to, frm=frm, term=term, entries=entries)
 
 
-def transport(node_id: NodeId, peers: dict[NodeId, tuple[str, int]] | None = None,
-              port: int = 0, **kw: object) -> PeerTransport:
+def transport(
+    node_id: NodeId, peers: dict[NodeId, tuple[str, int]] | None = None, port: int = 0, **kw: object
+) -> PeerTransport:
     kw.setdefault("reconnect_backoff", FAST)
     kw.setdefault("rng", random.Random(node_id))
     return PeerTransport(node_id, (LOCAL, port), dict(peers or {}), **kw)  # type: ignore[arg-type]
@@ -57,11 +59,14 @@ async def eventually(predicate: Callable[[], bool]) -> None:
 
 
 async def send_until_received(src: PeerTransport, dst: PeerTransport, msg: Message) -> Message:
-    """Resend msg until dst gets it: for when the first copies may die with a connection."""
+    """Resend msg until dst gets it: for when the first copies may die with a connection.
+    Anything else arriving meanwhile (late copies of earlier resends) is skipped."""
     while True:
         src.send(msg)
         with trio.move_on_after(0.02):
-            return await dst.inbound.receive()
+            while (got := await dst.inbound.receive()) != msg:
+                pass
+            return got
 
 
 def free_port() -> int:
@@ -88,9 +93,13 @@ async def expect_closed(stream: trio.SocketStream) -> None:
 
 
 def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "orchestrator.raft.transport" and r.levelno >= logging.WARNING
-            and text in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "orchestrator.raft.transport"
+        and r.levelno >= logging.WARNING
+        and text in r.getMessage()
+    ]
 
 
 # ---------------------------------------------------------------------------- real transports
@@ -110,7 +119,8 @@ async def test_two_transports_exchange_messages_both_ways() -> None:
             # One connection per direction, no faults: everything arrives, in order.
             assert [(await b.inbound.receive()).term for _ in range(50)] == list(range(1, 51))
             assert [(await a.inbound.receive()).term for _ in range(50)] == list(range(1, 51))
-            await eventually(lambda: a.statistics().sent == 50)
+            # `sent` is counted when send_all returns, which may be after the peer has read it.
+            await eventually(lambda: a.statistics().sent == b.statistics().sent == 50)
             sa, sb = a.statistics(), b.statistics()
             assert (sa.received, sb.received, sb.sent) == (50, 50, 50)
             assert sa.connected_peers == frozenset({2})
@@ -123,9 +133,17 @@ async def test_message_contents_survive_the_wire() -> None:
         a, b = transport(1), transport(2)
         async with running(a, b):
             a.set_peer(2, (LOCAL, b.port))
-            msg = Message(MsgType.APP, to=2, frm=1, term=7, log_term=6, index=41,
-                          entries=[Entry(7, 42, data=b"\x00" * 5000)], commit=40,
-                          context=b"ctx")
+            msg = Message(
+                MsgType.APP,
+                to=2,
+                frm=1,
+                term=7,
+                log_term=6,
+                index=41,
+                entries=[Entry(7, 42, data=b"\x00" * 5000)],
+                commit=40,
+                context=b"ctx",
+            )
             a.send(msg)
             assert await b.inbound.receive() == msg
 
@@ -158,36 +176,13 @@ async def test_peer_that_starts_later_is_reached_after_reconnect() -> None:
 
 async def test_restart_of_the_receiving_side_is_survived() -> None:
     with trio.fail_after(10):
-        b = transport(2)
-        async with running(b):
-            port = b.port
-            a = transport(1, {2: (LOCAL, port)})
-            async with running(a) as nursery:
-                assert await send_until_received(a, b, make_msg(1, 2, term=1)) == make_msg(1, 2)
-                nursery.cancel_scope.cancel()  # only cancels a: restart b instead, below
-        # b is fully stopped now (its nursery exited); bring a up against a fresh b on that port.
-        a = transport(1, {2: (LOCAL, port)})
-        b = transport(2, port=port)
-        async with running(a, b) as nursery:
-            await send_until_received(a, b, make_msg(1, 2, term=1))
-            connected_before = a.statistics().reconnects
-            nursery.cancel_scope.cancel()
-        b2 = transport(2, port=port)
-        async with running(a, b2):
-            got = await send_until_received(a, b2, make_msg(1, 2, term=2))
-            assert got.term == 2
-            assert a.statistics().reconnects > connected_before
-
-
-async def test_receiver_restart_while_sender_keeps_running() -> None:
-    with trio.fail_after(10):
         port = free_port()
         a = transport(1, {2: (LOCAL, port)})
         async with running(a):
             b = transport(2, port=port)
             async with running(b):
                 assert (await send_until_received(a, b, make_msg(1, 2, term=1))).term == 1
-            assert b.statistics().received == 1
+            assert b.statistics().received >= 1
             b2 = transport(2, port=port)
             async with running(b2):
                 assert (await send_until_received(a, b2, make_msg(1, 2, term=2))).term == 2
@@ -201,7 +196,7 @@ async def test_cancellation_closes_the_listener() -> None:
             port = a.port
             stream = await trio.open_tcp_stream(LOCAL, port)
             await stream.aclose()
-        with pytest.raises(OSError):
+        with pytest.raises(OSError, match="all attempts to connect"):
             await trio.open_tcp_stream(LOCAL, port)
         assert a.statistics().connected_peers == frozenset()
 
@@ -253,8 +248,12 @@ async def test_garbage_hello_closes_the_connection(caplog: pytest.LogCaptureFixt
     with trio.fail_after(10):
         b = transport(2)
         async with running(b):
-            for junk in (encode_frame(b"\xc1garbage"), encode_frame(msgpack.packb([1, 2])),
-                         hello(2), b"\xde\xad\xbe\xef" * 100):
+            for junk in (
+                encode_frame(b"\xc1garbage"),
+                encode_frame(msgpack.packb([1, 2])),
+                hello(2),
+                b"\xde\xad\xbe\xef" * 100,
+            ):
                 stream = await trio.open_tcp_stream(LOCAL, b.port)
                 await stream.send_all(junk)
                 await expect_closed(stream)
@@ -286,11 +285,17 @@ async def test_undecodable_frames_are_dropped_and_the_connection_kept(
     with trio.fail_after(10):
         b = transport(2)
         async with running(b):
-            unknown_type = msgpack.packb([99, 2, 7, 1, 0, 0, [], 0, False, 0, None, b""],
-                                         use_bin_type=True)
+            unknown_type = msgpack.packb(
+                [99, 2, 7, 1, 0, 0, [], 0, False, 0, None, b""], use_bin_type=True
+            )
             stream = await trio.open_tcp_stream(LOCAL, b.port)
-            await stream.send_all(hello(7) + encode_frame(unknown_type) + encode_frame(b"\xc1")
-                                  + encode_frame(b"") + frame_of(make_msg(7, 2, term=4)))
+            await stream.send_all(
+                hello(7)
+                + encode_frame(unknown_type)
+                + encode_frame(b"\xc1")
+                + encode_frame(b"")
+                + frame_of(make_msg(7, 2, term=4))
+            )
             assert (await b.inbound.receive()).term == 4
             assert warnings_about(caplog, "unknown message type 99")
             assert len(warnings_about(caplog, "undecodable")) == 3
@@ -303,15 +308,33 @@ async def test_misrouted_messages_are_dropped(caplog: pytest.LogCaptureFixture) 
         b = transport(2)
         async with running(b):
             stream = await trio.open_tcp_stream(LOCAL, b.port)
-            await stream.send_all(hello(7)
-                                  + frame_of(make_msg(8, 2, term=1))  # not who it said it was
-                                  + frame_of(make_msg(7, 3, term=2))  # not for us
-                                  + frame_of(make_msg(7, 2, term=3)))
+            await stream.send_all(
+                hello(7)
+                + frame_of(make_msg(8, 2, term=1))  # not who it said it was
+                + frame_of(make_msg(7, 3, term=2))  # not for us
+                + frame_of(make_msg(7, 2, term=3))
+            )
             assert (await b.inbound.receive()).term == 3
             assert len(warnings_about(caplog, "on the connection of peer 7")) == 2
             stats = b.statistics()
             assert (stats.dropped_misrouted, stats.received) == (2, 1)
             await stream.aclose()
+
+
+async def test_silent_connection_is_closed_after_the_hello_timeout(
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transport_module, "HELLO_TIMEOUT", 0.05)
+    with trio.fail_after(10):
+        b = transport(2)
+        async with running(b):
+            stream = await trio.open_tcp_stream(LOCAL, b.port)
+            await stream.send_all(hello(7)[:3])  # a partial hello does not buy more time
+            await expect_closed(stream)
+            await stream.aclose()
+            assert warnings_about(caplog, "no hello")
+            await _still_delivers(b)
 
 
 async def _still_delivers(b: PeerTransport) -> None:

@@ -1,0 +1,1 @@
+"""The `orchestrator` command line: argument parsing and output for people."""

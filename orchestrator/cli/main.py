@@ -1,0 +1,214 @@
+"""Entry point of the `orchestrator` command.
+
+Subcommands: `server` (run a Raft server with the replicated KV store), `kv` (put/get/delete
+against it), `member` (membership changes), `status` (per-server Raft status). Errors are
+printed as one line for people, never as a traceback, with exit status 1 (2 for usage errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+DEFAULT_PEER = "127.0.0.1:7001"
+DEFAULT_CLIENT = "127.0.0.1:7101"
+
+
+def _parse_cluster(text: str) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for part in filter(None, text.split(",")):
+        nid, sep, addr = part.partition("=")
+        if not sep or not nid.strip().isdigit() or int(nid) < 1:
+            raise argparse.ArgumentTypeError(f"{part!r} is not ID=HOST:PORT (ids start at 1)")
+        out[int(nid)] = addr.strip()
+    return out
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="orchestrator", description="Edge orchestrator.")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("server", help="run a server (Raft member + replicated store)")
+    s.add_argument("--data-dir", type=Path, required=True, help="where the databases live")
+    s.add_argument("--node-id", type=int, default=1, help="this server's Raft id (>= 1)")
+    s.add_argument("--peer-listen", default=DEFAULT_PEER, help="HOST:PORT for other servers")
+    s.add_argument("--advertise", help="HOST:PORT other servers use to reach this one")
+    s.add_argument("--client-listen", default=DEFAULT_CLIENT, help="HOST:PORT for clients")
+    s.add_argument(
+        "--initial-cluster",
+        type=_parse_cluster,
+        help="founders of a NEW cluster: ID=HOST:PORT,... (default: this server alone)",
+    )
+    s.add_argument(
+        "--join",
+        action="store_true",
+        help="start empty and wait to be added with `member add-learner`",
+    )
+    s.add_argument("--snapshot-every", type=int, default=10_000, help="entries between snapshots")
+    s.add_argument("--keep-tail", type=int, default=5_000, help="entries kept after a snapshot")
+    s.add_argument("--tick-ms", type=int, default=100, help="Raft tick (heartbeat) interval")
+    s.add_argument("--election-ticks", type=int, default=10, help="election timeout in ticks")
+
+    ep = argparse.ArgumentParser(add_help=False)
+    ep.add_argument(
+        "--endpoints",
+        default=DEFAULT_CLIENT,
+        help="comma-separated client addresses of the servers",
+    )
+    ep.add_argument("--timeout", type=float, default=10.0, help="seconds before giving up")
+
+    kv = sub.add_parser("kv", help="read and write the replicated key-value store")
+    kvs = kv.add_subparsers(dest="kv_command", required=True)
+    put = kvs.add_parser("put", parents=[ep])
+    put.add_argument("key")
+    put.add_argument("value")
+    get = kvs.add_parser("get", parents=[ep])
+    get.add_argument("key")
+    get.add_argument("--stale", action="store_true", help="serve from the local copy")
+    dele = kvs.add_parser("delete", parents=[ep])
+    dele.add_argument("key")
+
+    mem = sub.add_parser("member", help="change cluster membership (one server at a time)")
+    ms = mem.add_subparsers(dest="member_command", required=True)
+    al = ms.add_parser("add-learner", parents=[ep], help="add a non-voting member")
+    al.add_argument("node_id", type=int)
+    al.add_argument("peer_addr", help="HOST:PORT the new server listens on for peers")
+    for name, help_ in (
+        ("promote", "make a caught-up learner a voter"),
+        ("remove", "remove a member"),
+        ("transfer-leader", "hand leadership to this voter"),
+    ):
+        c = ms.add_parser(name, parents=[ep], help=help_)
+        c.add_argument("node_id", type=int)
+
+    st = sub.add_parser("status", parents=[ep], help="Raft status of every server")
+    st.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    return p
+
+
+def _server(args: argparse.Namespace) -> int:
+    from ..raft.node import NodeConfig
+    from ..server import ServerOptions, serve_until_signalled
+
+    if args.node_id < 1:
+        raise SystemExit("error: --node-id must be >= 1")
+    founders: dict[int, str] = {}
+    if not args.join:
+        founders = args.initial_cluster or {args.node_id: args.advertise or args.peer_listen}
+        if args.node_id not in founders:
+            raise SystemExit(f"error: --initial-cluster does not name this server ({args.node_id})")
+    node = NodeConfig(
+        node_id=args.node_id,
+        data_dir=args.data_dir,
+        peer_listen=args.peer_listen,
+        advertise=args.advertise,
+        founders=founders,
+        tick_interval=args.tick_ms / 1000,
+        election_tick=args.election_ticks,
+        snapshot_every=args.snapshot_every,
+        keep_tail=args.keep_tail,
+    )
+    trio.run(serve_until_signalled, ServerOptions(node, args.client_listen))
+    return 0
+
+
+async def _client_command(args: argparse.Namespace) -> int:
+    from ..raft.client import KVClient
+
+    endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
+    with trio.fail_after(args.timeout):
+        async with KVClient(endpoints) as c:
+            if args.command == "kv":
+                if args.kv_command == "put":
+                    await c.put(args.key, args.value.encode())
+                    print("OK")
+                elif args.kv_command == "get":
+                    v = await c.get(args.key, linearizable=not args.stale)
+                    if v is None:
+                        print(f"error: key {args.key!r} not found", file=sys.stderr)
+                        return 1
+                    print(v.decode(errors="replace"))
+                else:
+                    print("deleted" if await c.delete(args.key) else "not found")
+            elif args.command == "member":
+                op = {
+                    "add-learner": "add_learner",
+                    "promote": "promote",
+                    "remove": "remove",
+                    "transfer-leader": "transfer",
+                }[args.member_command]
+                extra = [args.peer_addr] if op == "add_learner" else []
+                await c.call(op, args.node_id, *extra)
+                print("OK")
+            else:
+                rows = []
+                for e in endpoints:
+                    try:
+                        rows.append((e, await c.status(e)))
+                    except (OSError, Exception) as exc:  # one dead server must not hide the rest
+                        rows.append((e, {"error": str(exc) or type(exc).__name__}))
+                _print_status(rows, args.output)
+    return 0
+
+
+def _print_status(rows: list[tuple[str, dict[str, Any]]], output: str) -> None:
+    if output == "json":
+        print(json.dumps({e: st for e, st in rows}, indent=2, default=str))
+        return
+    print(
+        f"{'ENDPOINT':22} {'ID':>3} {'ROLE':9} {'TERM':>5} {'LEADER':>6} {'COMMIT':>8} "
+        f"{'APPLIED':>8} {'DB':>9}  MEMBERS"
+    )
+    for e, st in rows:
+        if "error" in st:
+            print(f"{e:22} unreachable: {st['error']}")
+            continue
+        members = ",".join(map(str, st["voters"]))
+        if st["learners"]:
+            members += " learners:" + ",".join(map(str, st["learners"]))
+        print(
+            f"{e:22} {st['id']:>3} {st['role']:9} {st['term']:>5} {st['leader']:>6} "
+            f"{st['commit']:>8} {st['applied']:>8} {st['db_bytes']:>9}  {members}"
+        )
+        for pid, pr in st.get("progress", {}).items():
+            lag = st["last_index"] - pr["match"]
+            print(
+                f"{'':22}   peer {pid}: {pr['state']}, match {pr['match']}, lag {lag}"
+                + (" (learner)" if pr["learner"] else "")
+            )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if args.command == "server":
+            return _server(args)
+        return trio.run(_client_command, args)
+    except KeyboardInterrupt:
+        return 130
+    except trio.TooSlowError:
+        print(
+            "error: timed out (is a server running at --endpoints, and does it have a leader?)",
+            file=sys.stderr,
+        )
+        return 1
+    except Exception as exc:
+        from ..raft.client import ClientError
+
+        if isinstance(exc, (ClientError, OSError, ValueError)):
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        raise

@@ -1,0 +1,186 @@
+"""Client for the Raft servers' client port (see `service`): finds the leader and retries.
+
+    async with KVClient(["127.0.0.1:7101", ...]) as kv:
+        await kv.put("k", b"v")
+        value = await kv.get("k")
+
+Many requests may be in flight at once on one connection per server. Invariants: a write is
+only retried automatically when it certainly did not take effect (refused by a non-leader, or
+reported lost); if the connection breaks after a write was sent, `Indeterminate` is raised,
+because the write may or may not have been committed. Callers own timeouts (`trio.fail_after`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import msgpack
+import trio
+
+from .framing import FrameDecoder, encode_frame
+from .node import parse_addr
+
+READ_OPS = frozenset({"get", "status"})
+
+
+class ClientError(Exception):
+    pass
+
+
+class Indeterminate(ClientError):
+    """The connection broke after the request was sent: it may or may not have taken effect."""
+
+
+class RequestFailed(ClientError):
+    def __init__(self, status: str, detail: Any) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class _Conn:
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.pending: dict[int, tuple[trio.Event, list[Any]]] = {}
+        self.closed = False
+        self.send_lock = trio.Lock()
+
+    async def reader(self) -> None:
+        decoder = FrameDecoder(64 << 20)
+        try:
+            while True:
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    break
+                for frame in decoder.receive_data(data):
+                    rid, status, value = msgpack.unpackb(frame, strict_map_key=False)
+                    slot = self.pending.pop(rid, None)
+                    if slot is not None:
+                        slot[1].extend((status, value))
+                        slot[0].set()
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
+            pass
+        finally:
+            self.closed = True
+            for ev, _ in self.pending.values():
+                ev.set()  # empty result list = connection lost
+            self.pending.clear()
+            await trio.aclose_forcefully(self.stream)
+
+
+class KVClient:
+    def __init__(self, endpoints: list[str], *, retry_delay: float = 0.05) -> None:
+        if not endpoints:
+            raise ValueError("at least one endpoint is needed")
+        self.endpoints = list(endpoints)
+        self.retry_delay = retry_delay
+        self._conns: dict[str, _Conn] = {}
+        self._ids: dict[int, str] = {}  # node id -> client endpoint, learned from status
+        self._current = 0
+        self._rid = itertools.count(1)
+        self._nursery: trio.Nursery | None = None
+        self._connect_lock = trio.Lock()
+
+    async def __aenter__(self) -> KVClient:
+        self._cm = trio.open_nursery()
+        self._nursery = await self._cm.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+        return await self._cm.__aexit__(*exc)  # type: ignore[arg-type]  # passes through
+
+    # ------------------------------------------------------------------ operations
+    async def put(self, key: str, value: bytes) -> bool:
+        return bool(await self.call("put", key, value))
+
+    async def get(self, key: str, *, linearizable: bool = True) -> bytes | None:
+        v = await self.call("get", key, linearizable)
+        return None if v is None else bytes(v)
+
+    async def cas(self, key: str, expected: bytes | None, value: bytes) -> bool:
+        return bool(await self.call("cas", key, expected, value))
+
+    async def delete(self, key: str) -> bool:
+        return bool(await self.call("delete", key))
+
+    async def status(self, endpoint: str) -> dict[str, Any]:
+        st = await self.call_once(endpoint, "status")
+        return dict(st)
+
+    # ------------------------------------------------------------------ plumbing
+    async def call(self, op: str, *args: Any) -> Any:
+        """Send to the leader (following redirects), retrying while that is safe."""
+        attempts = 0
+        while True:
+            endpoint = self.endpoints[self._current % len(self.endpoints)]
+            try:
+                return await self.call_once(endpoint, op, *args)
+            except RequestFailed as exc:
+                if exc.status == "not_leader":
+                    await self._follow(exc.detail)
+                elif exc.status in ("unavailable", "lost"):
+                    pass  # certainly not applied: safe to retry
+                else:
+                    raise
+            except OSError:
+                self._current += 1  # could not connect: nothing was sent
+            except Indeterminate:
+                if op not in READ_OPS:
+                    raise
+                self._current += 1
+            attempts += 1
+            await trio.sleep(min(self.retry_delay * math.pow(1.5, min(attempts, 10)), 1.0))
+
+    async def _follow(self, detail: Any) -> None:
+        leader = detail[0] if detail else 0
+        if leader and leader not in self._ids:
+            for ep in self.endpoints:
+                try:
+                    st = await self.call_once(ep, "status")
+                    self._ids[int(st["id"])] = ep
+                except (OSError, ClientError):
+                    continue
+        if leader in self._ids:
+            self._current = self.endpoints.index(self._ids[leader])
+        else:
+            self._current += 1
+
+    async def _conn(self, endpoint: str) -> _Conn:
+        async with self._connect_lock:
+            conn = self._conns.get(endpoint)
+            if conn is None or conn.closed:
+                host, port = parse_addr(endpoint)
+                stream = await trio.open_tcp_stream(host, port)
+                conn = self._conns[endpoint] = _Conn(stream)
+                assert self._nursery is not None
+                self._nursery.start_soon(conn.reader)
+            return conn
+
+    async def call_once(self, endpoint: str, op: str, *args: Any) -> Any:
+        """One request to one server; raises RequestFailed for a non-"ok" answer."""
+        conn = await self._conn(endpoint)
+        rid = next(self._rid)
+        ev = trio.Event()
+        result: list[Any] = []
+        conn.pending[rid] = (ev, result)
+        try:
+            async with conn.send_lock:
+                await conn.stream.send_all(encode_frame(msgpack.packb([rid, op, list(args)])))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            conn.pending.pop(rid, None)
+            # Part of the frame, or all of it, may have reached the server.
+            raise Indeterminate(f"connection to {endpoint} broke while sending {op}") from exc
+        try:
+            await ev.wait()
+        finally:
+            conn.pending.pop(rid, None)
+        if not result:
+            raise Indeterminate(f"connection to {endpoint} lost after sending {op}")
+        status, value = result
+        if status != "ok":
+            raise RequestFailed(status, value)
+        return value

@@ -1,0 +1,496 @@
+"""The trio driver that runs one Raft server: core + SQLite storage + state machine + transport.
+
+Theory of operation
+-------------------
+One task (`_loop`) owns the `RaftCore`; nothing else touches it. Everything that wants the core
+(peer messages from the transport, client proposals and reads, ticks) appends to an inbox and
+wakes the loop. Each turn the loop drains the whole inbox — all proposals that arrived become one
+`propose()` call, hence one log append, one fsync and one AppendEntries per follower (group
+commit) — then works through every `Ready`:
+
+    1. persist entries + hard state (+ a received snapshot) in ONE SQLite transaction;
+    2. send the messages (only now: votes and acknowledgements must be durable first);
+    3. install a received snapshot, apply committed entries (the state machine records its applied
+       index in the same transaction), resolve the waiting proposals and reads;
+    4. `advance()`, then maybe take a snapshot and compact the log.
+
+Ticks are coalesced: while the loop is busy (a slow fsync), at most one tick waits, so a slow
+disk delays elections instead of triggering a burst of them.
+
+Invariants: the core is only touched by `_loop`; a proposal resolves only when its entry is
+applied (success, if the entry at its index has its term) or overwritten (`ProposalLost`); a
+read barrier resolves only once the state machine has applied the read index confirmed by a
+quorum. The peer address book (node id -> "host:port") travels in conf-change contexts and in
+snapshots, and is persisted with the Raft log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import trio
+
+from ..dbthread import DbThread
+from .core import RaftConfig, RaftCore, bootstrap
+from .statemachine import StateMachine
+from .storage import RaftStorage
+from .transport import Address, FaultInjector, PeerTransport
+from .types import (
+    NONE,
+    ConfChange,
+    ConfChangeType,
+    Entry,
+    EntryType,
+    Message,
+    MsgType,
+    NodeId,
+    ProposalDropped,
+    Ready,
+    Role,
+    Snapshot,
+    SnapshotMeta,
+)
+
+log = logging.getLogger("orchestrator.raft.node")
+
+
+class RaftError(Exception):
+    """Base of the errors a caller of RaftNode sees."""
+
+
+class NotLeader(RaftError):
+    """This server cannot take the request; `leader` / `leader_addr` say who can (if known)."""
+
+    def __init__(self, reason: str, leader: NodeId, leader_addr: str | None) -> None:
+        super().__init__(f"{reason} (leader: {leader_addr or 'unknown'})")
+        self.leader = leader
+        self.leader_addr = leader_addr
+
+
+class ProposalLost(RaftError):
+    """The proposal's log entry was replaced by another leader's: it was NOT committed."""
+
+
+class ReadAborted(RaftError):
+    """Leadership changed before the read point was confirmed; retry."""
+
+
+def parse_addr(text: str) -> Address:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"address {text!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class NodeConfig:
+    node_id: NodeId
+    data_dir: Path
+    peer_listen: str  # HOST:PORT this server listens on for peers (port 0 = any)
+    advertise: str | None = None  # HOST:PORT peers use to reach us (default: peer_listen)
+    founders: dict[NodeId, str] = field(default_factory=dict)  # a new cluster's voters
+    tick_interval: float = 0.1
+    election_tick: int = 10
+    heartbeat_tick: int = 1
+    snapshot_every: int = 10_000  # applied entries between snapshots
+    keep_tail: int = 5_000  # entries kept after a snapshot for slow followers
+    max_inflight: int = 64
+    seed: int | None = None
+    faults: FaultInjector | None = None
+
+
+class _Waiter:
+    __slots__ = ("error", "event", "value")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def set(self, value: Any) -> None:
+        if not self.event.is_set():
+            self.value = value
+            self.event.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.event.is_set():
+            self.error = error
+            self.event.set()
+
+    async def wait(self) -> Any:
+        await self.event.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _pack_snapshot(peers: dict[NodeId, str], sm_data: bytes) -> bytes:
+    return msgpack.packb([peers, sm_data])  # type: ignore[no-any-return]
+
+
+def _unpack_snapshot(data: bytes) -> tuple[dict[NodeId, str], bytes]:
+    peers, sm_data = msgpack.unpackb(data, strict_map_key=False)
+    return {int(k): str(v) for k, v in peers.items()}, bytes(sm_data)
+
+
+class RaftNode:
+    """One Raft server. Start with `await nursery.start(node.run)`."""
+
+    def __init__(self, cfg: NodeConfig, state_machine: Callable[[Path], StateMachine]) -> None:
+        self.cfg = cfg
+        self.id = cfg.node_id
+        self._sm_factory = state_machine
+        self._rng = random.Random(cfg.seed)
+        self._raft_db = DbThread()
+        self._sm_db = DbThread()
+        self.storage: RaftStorage
+        self.sm: StateMachine
+        self.core: RaftCore
+        self.transport: PeerTransport
+        self.peers: dict[NodeId, str] = {}
+        self._snapshot = Snapshot(SnapshotMeta())
+        self._wake = trio.Event()
+        self._inbox: list[Message] = []
+        self._requests: list[tuple[str, Any, _Waiter]] = []
+        self._tick_pending = False
+        self._proposals: dict[int, tuple[int, _Waiter]] = {}  # index -> (term, waiter)
+        self._reads: dict[bytes, _Waiter] = {}  # read context -> waiter (before ReadState)
+        self._read_waits: list[tuple[int, _Waiter]] = []  # (read index, waiter)
+        self._ctx = itertools.count(1)
+        self._applied_event = trio.Event()
+        self._sm_applied = 0
+        self._db_bytes = 0
+        self.leader_changes = 0
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def is_leader(self) -> bool:
+        return self.core.role is Role.LEADER
+
+    @property
+    def leader_id(self) -> NodeId:
+        return self.core.lead
+
+    def leader_addr(self) -> str | None:
+        return self.peers.get(self.core.lead) if self.core.lead != NONE else None
+
+    def applied_index(self) -> int:
+        return self.core.log.applied
+
+    async def propose(self, data: bytes) -> Any:
+        """Replicate one command; returns the state machine's result once applied here."""
+        return await self._request("propose", data)
+
+    async def read_barrier(self) -> None:
+        """Return once a read of the local state machine is linearizable (ReadIndex)."""
+        await self._request("read", None)
+
+    async def change_membership(self, cc: ConfChange) -> None:
+        await self._request("conf", cc)
+
+    async def transfer_leadership(self, target: NodeId) -> None:
+        await self._request("transfer", target)
+
+    async def wait_leader(self) -> NodeId:
+        while self.core.lead == NONE:
+            await self._applied_event.wait()
+        return self.core.lead
+
+    async def read_state_machine(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run `fn(*args)` against the state machine on its database thread."""
+        return await self._sm_db.run(fn, *args)
+
+    def status(self) -> dict[str, Any]:
+        st = self.core.status()
+        st["peers"] = dict(self.peers)
+        st["db_bytes"] = self._db_bytes
+        st["snapshot_index"] = self._snapshot.meta.index
+        st["leader_changes"] = self.leader_changes
+        return st
+
+    # ------------------------------------------------------------------ running
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        cfg = self.cfg
+        cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        self.storage = await self._raft_db.run(RaftStorage, cfg.data_dir / "raft.db")
+        self.sm = await self._sm_db.run(self._sm_factory, cfg.data_dir)
+        try:
+            await self._open()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.transport.run)
+                nursery.start_soon(self._forward_inbound)
+                nursery.start_soon(self._ticker)
+                if self.core.conf.voters == {self.id}:
+                    self.core.campaign()  # a lone server need not wait an election timeout
+                    self._wake.set()
+                await nursery.start(self._loop)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._raft_db.run(self.storage.close)
+                await self._sm_db.run(self.sm.close)
+
+    async def _open(self) -> None:
+        cfg = self.cfg
+        state = await self._raft_db.run(self.storage.load)
+        self.peers = await self._raft_db.run(self.storage.load_peers)
+        hard_state, entries = state.hard_state, state.entries
+        fresh = state.snapshot is None and not entries and hard_state.term == 0
+        if fresh and cfg.founders:
+            if self.id not in cfg.founders:
+                raise ValueError(f"node {self.id} is not among the founders {sorted(cfg.founders)}")
+            hard_state, entries = bootstrap(cfg.founders)
+            await self._raft_db.run(self.storage.save, hard_state, entries)
+            self.peers = dict(cfg.founders)
+            await self._raft_db.run(self.storage.save_peers, self.peers)
+        if state.snapshot is not None:
+            self._snapshot = state.snapshot
+            peers, sm_data = _unpack_snapshot(state.snapshot.data)
+            if await self._sm_db.run(self.sm.applied_index) < state.snapshot.meta.index:
+                # We crashed between persisting a received snapshot and installing it.
+                await self._sm_db.run(self.sm.restore, state.snapshot.meta.index, sm_data)
+                self.peers.update(peers)
+        applied = self._sm_applied = await self._sm_db.run(self.sm.applied_index)
+        self.core = RaftCore(
+            RaftConfig(
+                id=self.id,
+                election_tick=cfg.election_tick,
+                heartbeat_tick=cfg.heartbeat_tick,
+                max_inflight=cfg.max_inflight,
+            ),
+            random.Random(self._rng.random()),
+            hard_state=hard_state,
+            snapshot=self._snapshot.meta,
+            entries=entries,
+            applied=applied,
+        )
+        self._db_bytes = await self._raft_db.run(self.storage.size_bytes)
+        advertise = cfg.advertise or cfg.peer_listen
+        self.peers[self.id] = advertise
+        self.transport = PeerTransport(
+            self.id,
+            parse_addr(cfg.peer_listen),
+            {pid: parse_addr(a) for pid, a in self.peers.items() if pid != self.id},
+            faults=cfg.faults,
+            rng=random.Random(self._rng.random()),
+        )
+        log.info(
+            "node %d open: term %d, commit %d, applied %d, %d entries, snapshot at %d",
+            self.id,
+            hard_state.term,
+            hard_state.commit,
+            applied,
+            len(entries),
+            self._snapshot.meta.index,
+        )
+
+    async def _forward_inbound(self) -> None:
+        async for m in self.transport.inbound:
+            self._inbox.append(m)
+            self._wake.set()
+            if len(self._inbox) > 10_000:
+                await trio.lowlevel.checkpoint()  # let the loop drain a flood
+
+    async def _ticker(self) -> None:
+        while True:
+            await trio.sleep(self.cfg.tick_interval)
+            self._tick_pending = True
+            self._wake.set()
+
+    async def _request(self, kind: str, arg: Any) -> Any:
+        w = _Waiter()
+        self._requests.append((kind, arg, w))
+        self._wake.set()
+        return await w.wait()
+
+    async def _loop(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        core = self.core
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            inbox, self._inbox = self._inbox, []
+            for m in inbox:
+                core.step(m)
+            if self._tick_pending:
+                self._tick_pending = False
+                core.tick()
+            requests, self._requests = self._requests, []
+            self._handle_requests(requests)
+            while core.has_ready():
+                await self._handle_ready(core.ready())
+
+    def _handle_requests(self, requests: list[tuple[str, Any, _Waiter]]) -> None:
+        core = self.core
+        batch: list[bytes] = []
+        batch_waiters: list[_Waiter] = []
+        for kind, arg, w in requests:
+            try:
+                if kind == "propose":
+                    batch.append(arg)
+                    batch_waiters.append(w)
+                elif kind == "read":
+                    ctx = b"%d" % next(self._ctx)
+                    core.read_index(ctx)
+                    self._reads[ctx] = w
+                elif kind == "conf":
+                    index, term = core.propose_conf_change(arg)
+                    self._proposals[index] = (term, w)
+                elif kind == "transfer":
+                    core.transfer_leadership(arg)
+                    w.set(None)
+            except ProposalDropped as exc:
+                w.fail(self._not_leader(exc))
+        if batch:
+            try:
+                first, term = core.propose(batch)
+            except ProposalDropped as exc:
+                err = self._not_leader(exc)
+                for w in batch_waiters:
+                    w.fail(err)
+            else:
+                for i, w in enumerate(batch_waiters):
+                    self._proposals[first + i] = (term, w)
+
+    def _not_leader(self, exc: ProposalDropped) -> NotLeader:
+        return NotLeader(exc.reason, exc.leader, self.peers.get(exc.leader))
+
+    async def _handle_ready(self, rd: Ready) -> None:
+        core = self.core
+        for note in rd.notes:
+            log.info("node %d: %s", self.id, note)
+        # 1. persist: one transaction for the whole batch.
+        if rd.must_persist():
+            await self._raft_db.run(self.storage.save, rd.hard_state, rd.entries, rd.snapshot)
+        # 2. send.
+        snaps_sent = []
+        for m in rd.messages:
+            if m.type is MsgType.SNAP:
+                m.snapshot = self._snapshot
+                snaps_sent.append(m.to)
+            self.transport.send(m)
+        # 3. apply.
+        if rd.snapshot is not None:
+            await self._install_snapshot(rd.snapshot)
+        if rd.committed:
+            await self._apply(rd.committed)
+        for rs in rd.read_states:
+            w = self._reads.pop(rs.context, None)
+            if w is not None:
+                self._read_waits.append((rs.index, w))
+        self._release_reads()
+        if rd.soft_state is not None:
+            self._on_soft_state_change(rd)
+        # 4. advance.
+        core.advance(rd)
+        for to in snaps_sent:
+            core.report_snapshot(to, True)
+        if core.log.applied - self._snapshot.meta.index >= self.cfg.snapshot_every:
+            await self._take_snapshot()
+        self._applied_event.set()
+        self._applied_event = trio.Event()
+
+    async def _install_snapshot(self, snap: Snapshot) -> None:
+        peers, sm_data = _unpack_snapshot(snap.data)
+        await self._sm_db.run(self.sm.restore, snap.meta.index, sm_data)
+        self._sm_applied = snap.meta.index
+        self._snapshot = snap
+        peers[self.id] = self.peers[self.id]
+        await self._set_peers(peers)
+        for idx in [i for i in self._proposals if i <= snap.meta.index]:
+            _, w = self._proposals.pop(idx)
+            w.fail(ProposalLost("superseded by a snapshot; outcome unknown"))
+        log.info("node %d installed snapshot at index %d", self.id, snap.meta.index)
+
+    async def _apply(self, entries: list[Entry]) -> None:
+        results = await self._sm_db.run(self.sm.apply, entries)
+        self._sm_applied = entries[-1].index
+        peers_changed = False
+        peers = dict(self.peers)
+        for e, res in zip(entries, results, strict=True):
+            if e.type is EntryType.CONF_CHANGE:
+                cc = ConfChange.decode(e.data)
+                if cc.type is ConfChangeType.REMOVE:
+                    peers.pop(cc.node_id, None)
+                elif cc.context:
+                    peers[cc.node_id] = cc.context.decode()
+                peers_changed = True
+            pending = self._proposals.pop(e.index, None)
+            if pending is not None:
+                term, w = pending
+                if term == e.term:
+                    w.set(res)
+                else:
+                    w.fail(ProposalLost(f"entry {e.index} was overwritten by term {e.term}"))
+        if peers_changed:
+            await self._set_peers(peers)
+
+    async def _set_peers(self, peers: dict[NodeId, str]) -> None:
+        old = self.peers
+        self.peers = peers
+        for pid in old.keys() - peers.keys():
+            if pid != self.id:
+                self.transport.remove_peer(pid)
+        for pid, addr in peers.items():
+            if pid != self.id and old.get(pid) != addr:
+                self.transport.set_peer(pid, parse_addr(addr))
+        await self._raft_db.run(self.storage.save_peers, peers)
+
+    def _release_reads(self) -> None:
+        if not self._read_waits:
+            return
+        keep = []
+        for idx, w in self._read_waits:
+            if idx <= self._sm_applied:
+                w.set(None)
+            else:
+                keep.append((idx, w))
+        self._read_waits = keep
+
+    def _on_soft_state_change(self, rd: Ready) -> None:
+        ss = rd.soft_state
+        assert ss is not None
+        if ss.role is not Role.LEADER:
+            for w in self._reads.values():
+                w.fail(ReadAborted("leadership changed; retry the read"))
+            self._reads.clear()
+        prev = self.core.prev_ss
+        if ss.leader != prev.leader:
+            self.leader_changes += 1
+            log.info(
+                "node %d: leader is now %s (term %d)", self.id, ss.leader or "unknown", ss.term
+            )
+
+    async def _take_snapshot(self) -> None:
+        core = self.core
+        index, sm_data = await self._sm_db.run(self.sm.snapshot)
+        term = core.log.term(index)
+        if term is None:
+            return
+        meta = SnapshotMeta(index, term, core.conf)
+        snap = Snapshot(meta, _pack_snapshot(self.peers, sm_data))
+        upto = max(core.log.offset, index - self.cfg.keep_tail)
+        await self._raft_db.run(self.storage.compact, snap, upto)
+        core.compact(meta, upto)
+        self._snapshot = snap
+        self._db_bytes = await self._raft_db.run(self.storage.size_bytes)
+        log.info("node %d: snapshot at %d, log compacted to %d", self.id, index, upto)
+
+
+def add_learner_change(node_id: NodeId, addr: str) -> ConfChange:
+    return ConfChange(ConfChangeType.ADD_LEARNER, node_id, addr.encode())
+
+
+def promote_change(node_id: NodeId) -> ConfChange:
+    return ConfChange(ConfChangeType.ADD_VOTER, node_id)
+
+
+def remove_change(node_id: NodeId) -> ConfChange:
+    return ConfChange(ConfChangeType.REMOVE, node_id)
