@@ -124,6 +124,10 @@ class KVClient:
                     await self._follow(exc.detail)
                 elif exc.status in ("unavailable", "lost"):
                     pass  # certainly not applied: safe to retry
+                elif exc.status == "timeout" and op in READ_OPS:
+                    self._current += 1  # maybe this server lost quorum; try another
+                elif exc.status == "timeout":
+                    raise Indeterminate(str(exc.detail)) from exc
                 else:
                     raise
             except OSError:

@@ -9,6 +9,7 @@ use until the Kubernetes API server (a later layer) takes over. Wire format, one
 
 status is "ok" (value = result), "not_leader" (value = [leader_id, leader_peer_addr] or nil),
 "lost" (the write was not committed), "unavailable" (value = reason; e.g. no leader yet),
+"timeout" (no quorum answered within the request timeout: a write's outcome is unknown),
 or "error" (value = message for a bad request). Requests on one connection are served
 concurrently and answered in completion order.
 
@@ -68,7 +69,8 @@ def _int(v: Any, what: str) -> int:
 
 
 class ClientService:
-    def __init__(self, node: RaftNode, listen: str) -> None:
+    def __init__(self, node: RaftNode, listen: str, *, request_timeout: float = 5.0) -> None:
+        self.request_timeout = request_timeout  # bounds a request when there is no quorum
         self.node = node
         self.listen = listen
         self.port = 0
@@ -123,7 +125,8 @@ class ClientService:
                 if not isinstance(req, list) or len(req) != 3 or not isinstance(req[2], list):
                     raise BadRequest("a request is [id, op, [args]]")
                 rid, op, args = req
-                status, value = "ok", await self._dispatch(op, args)
+                with trio.fail_after(self.request_timeout):
+                    status, value = "ok", await self._dispatch(op, args)
             except BadRequest as exc:
                 status, value = "error", str(exc)
             except (IndexError, TypeError):
@@ -136,6 +139,10 @@ class ClientService:
                 value = [exc.leader, exc.leader_addr] if exc.leader else None
             except ProposalLost as exc:
                 status, value = "lost", str(exc)
+            except trio.TooSlowError:
+                # Writes: proposed but not seen committed in time; the outcome is unknown.
+                status = "timeout"
+                value = f"no quorum: no answer within {self.request_timeout:g}s (outcome unknown)"
             except ReadAborted as exc:
                 status, value = "unavailable", str(exc)
             # If the client went away or stopped reading, the answer is its loss.

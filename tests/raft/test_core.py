@@ -622,6 +622,50 @@ def test_remove_follower() -> None:
     assert c[1].log.committed == c[1].log.last_index()
 
 
+def test_learner_joins_after_compaction_via_snapshot() -> None:
+    c = Cluster(3, joiners=[4])
+    c.elect(1)
+    c.propose(1, b"a", b"b")
+    c.deliver_all()
+    c.compact(1)
+    c.conf_change(1, ConfChangeType.ADD_LEARNER, 4)
+    c.deliver_all()
+    snaps = sent_since(c, 0, type=MsgType.SNAP)
+    assert [(m.frm, m.to) for m in snaps] == [(1, 4)]
+    assert c.nodes[4].sm.data() == [b"a", b"b"]
+    assert sorted(c[4].conf.learners) == [4]  # the conf in the snapshot, then the log entry
+    assert c[4].log.committed == c[1].log.committed
+
+
+def test_removed_node_that_missed_its_removal_cannot_disrupt() -> None:
+    c = elected()
+    c.isolate(3)
+    c.conf_change(1, ConfChangeType.REMOVE, 3)
+    c.deliver_all()
+    assert sorted(c[1].conf.voters) == [1, 2]
+    assert sorted(c[3].conf.voters) == [1, 2, 3]  # 3 never heard
+    c.heal()
+    start = len(c.trace)
+    c.tick(3, 5 * ELECTION)
+    c.deliver_all()
+    notes = [line for line in c.trace[start:] if "non-member" in line]
+    assert "1 note: dropped PRE_VOTE from non-member 3" in notes
+    assert "2 note: dropped PRE_VOTE from non-member 3" in notes
+    assert c.leader() == 1
+    assert c[1].term == c[2].term == 2
+
+
+def test_single_voter_with_learner_replicates() -> None:
+    c = Cluster(1, joiners=[2])
+    c.campaign(1)
+    c.conf_change(1, ConfChangeType.ADD_LEARNER, 2)
+    c.deliver_all()
+    c.propose(1, b"x")
+    c.deliver_all()
+    assert c.nodes[2].sm.data() == [b"x"]
+    assert c[2].log.committed == c[1].log.committed
+
+
 def test_second_conf_change_refused_while_one_is_pending() -> None:
     c = Cluster(3, joiners=[4, 5])
     c.campaign(1)
