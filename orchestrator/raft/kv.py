@@ -11,7 +11,8 @@ Invariants:
   malformed command yields an `InvalidCommand` result (never an exception), so every replica
   applying the same log reaches the same state and the same results.
 - Commits are not fsynced (WAL, `synchronous=NORMAL`): see `_init_db` for why that is safe.
-  The connection uses `check_same_thread=False` because `DbThread` may run successive calls on different threads, never two at once.
+  The connection uses `check_same_thread=False` because `DbThread` may run successive calls on
+  different threads, never two at once.
 
 Command format (msgpack array): ["put", key, value] | ["del", key] | ["cas", key, expected|nil, new]
 | ["noop"]. Keys are str, values bytes.
