@@ -291,7 +291,7 @@ class Cluster:
     def stop_all(self) -> None:
         """SIGTERM to every running server, then SIGKILL whatever is left after
         `stop_timeout` seconds; every process is reaped."""
-        procs = [s for s in self.servers if s.proc is not None]
+        procs = [s for s in self.servers if s.proc is not None and s.proc.returncode is None]
         for s in procs:
             s.expected_exit = True
             if s.proc is not None and s.proc.poll() is None:

@@ -45,9 +45,12 @@ def encode_message(m: Message) -> bytes:
     )
 
 
+MAX_INT = (1 << 63) - 1  # terms and indexes are stored as SQLite INTEGER (signed 64-bit)
+
+
 def _int(v: Any, what: str) -> int:
-    if type(v) is not int or v < 0:
-        raise CodecError(f"{what} must be a non-negative integer, got {v!r}")
+    if type(v) is not int or not 0 <= v <= MAX_INT:
+        raise CodecError(f"{what} must be an integer in [0, 2**63), got {v!r}")
     return v
 
 

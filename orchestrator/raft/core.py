@@ -52,6 +52,8 @@ from .types import (
     Entry,
     EntryType,
     HardState,
+    InvalidChange,
+    LeaderBusy,
     Message,
     MsgType,
     NodeId,
@@ -65,6 +67,7 @@ from .types import (
 )
 
 TRANSFER_CONTEXT = b"transfer"  # marks a campaign caused by leadership transfer
+FORWARD_DEDUP_WINDOW = 8192  # forwarded proposals remembered per leadership, to drop duplicates
 _EMPTY_HARD_STATE = HardState()
 _EMPTY_SNAPSHOT = SnapshotMeta()
 
@@ -141,6 +144,8 @@ class RaftCore:
         self.heartbeat_elapsed = 0
         self.randomized_timeout = 0
         self.lead_transferee: NodeId = NONE
+        self.leaving = False
+        self.forwarded: dict[bytes, None] = {}  # recent forwarded data, oldest first
         self.pending_conf_index = 0
         self.reads: dict[bytes, _ReadRequest] = {}  # insertion order = request order
         self.pending_reads: list[tuple[bytes, NodeId]] = []  # waiting for a commit in our term
@@ -205,6 +210,8 @@ class RaftCore:
         )
         self.votes = {}
         self.lead_transferee = NONE
+        self.leaving = False  # a removed leader handing over (see _hand_over)
+        self.forwarded = {}
         self.reads.clear()
         self.pending_reads.clear()
         self._reset_prs()
@@ -261,6 +268,10 @@ class RaftCore:
         self.election_elapsed += 1
         if self.election_elapsed >= self.cfg.election_tick:
             self.election_elapsed = 0
+            if self.leaving:
+                self.notes.append("removed from the voters: stepping down")
+                self.become_follower(self.term, NONE)
+                return
             if self.cfg.check_quorum:
                 if not self._quorum_active():
                     self.notes.append(f"stepping down at term {self.term}: quorum not heard from")
@@ -367,12 +378,15 @@ class RaftCore:
         if m.frm == self.id or m.to != self.id:
             self.notes.append(f"dropped {m.type.name} from {m.frm} to {m.to}: misaddressed")
             return False
-        if not members or m.frm in members:
+        if m.frm in members:
             return True
-        # A leader we do not know yet (we lag behind the entry that added it) is legitimate: it
-        # was elected by a quorum. Anything else from a non-member is dropped.
-        if m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP) and m.term >= self.term:
+        # A server that is joining knows no members yet: it learns them from the leader.
+        if not members and m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP):
             return True
+        # Anything else from a non-member is dropped, so an outsider can neither disrupt us with
+        # a high term nor claim leadership. (The price: a follower that lags behind the entry
+        # adding a member which then becomes leader waits until leadership moves to a member it
+        # knows; peers authenticate each other in a later layer.)
         self.notes.append(f"dropped {m.type.name} from non-member {m.frm}")
         return False
 
@@ -480,6 +494,22 @@ class RaftCore:
         t = m.type
         if t is MsgType.READ_INDEX:
             self._read_index(m.context, m.frm)
+            return
+        if t is MsgType.PROP:
+            if self.lead_transferee == NONE and not self.leaving and m.frm in self.conf.members():
+                # The network may deliver a forward twice; appending it twice would apply the
+                # command twice. Forwarded data is unique (callers put a request id in it).
+                fresh = [
+                    e.data
+                    for e in m.entries
+                    if e.type is EntryType.NORMAL and e.data not in self.forwarded
+                ]
+                for d in fresh:
+                    self.forwarded[d] = None
+                while len(self.forwarded) > FORWARD_DEDUP_WINDOW:
+                    del self.forwarded[next(iter(self.forwarded))]
+                if fresh:
+                    self.propose(fresh)
             return
         if pr is None:
             return
@@ -606,18 +636,29 @@ class RaftCore:
         self._bcast_append()
         return first, self.term
 
+    def forward(self, data: list[bytes]) -> None:
+        """As a follower, hand proposals to the leader (fire and forget: the caller recognises
+        its entries when they are applied, e.g. by an id inside the data, or times out)."""
+        if self.role is Role.LEADER:
+            self.propose(data)
+            return
+        if self.lead == NONE:
+            raise ProposalDropped("no leader known", NONE)
+        entries = [Entry(0, 0, EntryType.NORMAL, d) for d in data]
+        self._send(Message(MsgType.PROP, self.lead, self.id, self.term, entries=entries))
+
     def propose_conf_change(self, cc: ConfChange) -> tuple[int, int]:
         self._check_can_propose()
         if self.pending_conf_index > self.log.applied:
-            raise ProposalDropped("another membership change is still pending; retry", self.lead)
+            raise LeaderBusy("another membership change is still pending; retry", self.lead)
         voters = self.conf.voters
         if cc.type is ConfChangeType.REMOVE:
             if cc.node_id not in self.conf.members():
-                raise ProposalDropped(f"node {cc.node_id} is not a member", self.lead)
+                raise InvalidChange(f"node {cc.node_id} is not a member", self.lead)
             if voters == {cc.node_id}:
-                raise ProposalDropped("cannot remove the last voter", self.lead)
+                raise InvalidChange("cannot remove the last voter", self.lead)
         elif cc.node_id in voters:  # adding or promoting an existing voter
-            raise ProposalDropped(f"node {cc.node_id} is already a voter", self.lead)
+            raise InvalidChange(f"node {cc.node_id} is already a voter", self.lead)
         index = self.log.last_index() + 1
         self._append([Entry(self.term, index, EntryType.CONF_CHANGE, cc.encode())])
         self.pending_conf_index = index
@@ -627,8 +668,8 @@ class RaftCore:
     def _check_can_propose(self) -> None:
         if self.role is not Role.LEADER:
             raise ProposalDropped("not the leader", self.lead)
-        if self.lead_transferee != NONE:
-            raise ProposalDropped("leadership transfer in progress", self.lead)
+        if self.lead_transferee != NONE or self.leaving:
+            raise LeaderBusy("leadership transfer in progress", self.lead)
 
     def read_index(self, ctx: bytes) -> None:
         """Request a linearizable read point; answered as a ReadState with this (unique) ctx."""
@@ -695,7 +736,7 @@ class RaftCore:
         if target == self.id:
             return
         if target not in self.conf.voters:
-            raise ProposalDropped(f"node {target} is not a voter", self.lead)
+            raise InvalidChange(f"node {target} is not a voter", self.lead)
         self.lead_transferee = target
         self.election_elapsed = 0  # the transfer must finish within an election timeout
         if self.prs[target].match == self.log.last_index():
@@ -759,8 +800,7 @@ class RaftCore:
         if self.role is not Role.LEADER:
             return
         if not self.promotable():
-            self.notes.append("removed from the voters: stepping down")
-            self.become_follower(self.term, NONE)
+            self._hand_over()
             return
         if self.lead_transferee != NONE and self.lead_transferee not in self.conf.voters:
             self.lead_transferee = NONE
@@ -769,6 +809,23 @@ class RaftCore:
         for pid in self.prs:
             if pid != self.id and self.prs[pid].state is ProgressState.PROBE:
                 self._send_append(pid)
+
+    def _hand_over(self) -> None:
+        """We were removed while leading. The others may not know yet that the removal is
+        committed (in a cluster of two, the survivor still counts on our vote), so tell them the
+        commit index and ask the most up-to-date voter to campaign at once; step down after an
+        election timeout whatever happens."""
+        self.leaving = True
+        self.election_elapsed = 0
+        others = [v for v in self.conf.voters if v in self.prs]
+        self.notes.append("removed from the voters: handing over leadership")
+        if not others:
+            return
+        self._bcast_append()
+        target = max(others, key=lambda v: (self.prs[v].match, -v))
+        self.lead_transferee = target
+        if self.prs[target].match == self.log.last_index():
+            self._send(Message(MsgType.TIMEOUT_NOW, target, self.id, self.term))
 
     # ------------------------------------------------------------------ ready / advance
     def has_ready(self) -> bool:

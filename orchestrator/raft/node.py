@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import random
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,8 @@ from .types import (
     ConfChangeType,
     Entry,
     EntryType,
+    InvalidChange,
+    LeaderBusy,
     Message,
     MsgType,
     NodeId,
@@ -78,6 +82,19 @@ class ProposalLost(RaftError):
     """The proposal's log entry was replaced by another leader's: it was NOT committed."""
 
 
+class Busy(RaftError):
+    """The leader cannot take this request right now (transfer or membership change under
+    way); retry shortly."""
+
+
+class InvalidRequest(RaftError):
+    """A membership change or transfer that cannot succeed as asked."""
+
+
+class OutcomeUnknown(RaftError):
+    """The proposal may or may not have been committed (e.g. this server caught up by snapshot)."""
+
+
 class ReadAborted(RaftError):
     """Leadership changed before the read point was confirmed; retry."""
 
@@ -104,6 +121,9 @@ class NodeConfig:
     max_inflight: int = 64
     seed: int | None = None
     faults: FaultInjector | None = None
+
+
+_ENVELOPE = struct.Struct("!QQ")  # origin node id, request id
 
 
 class _Waiter:
@@ -143,8 +163,15 @@ def _unpack_snapshot(data: bytes) -> tuple[dict[NodeId, str], bytes]:
 class RaftNode:
     """One Raft server. Start with `await nursery.start(node.run)`."""
 
-    def __init__(self, cfg: NodeConfig, state_machine: Callable[[Path], StateMachine]) -> None:
+    def __init__(
+        self,
+        cfg: NodeConfig,
+        state_machine: Callable[[Path], StateMachine],
+        *,
+        on_apply: Callable[[], None] | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.on_apply = on_apply  # called on the trio thread after each batch is applied
         self.id = cfg.node_id
         self._sm_factory = state_machine
         self._rng = random.Random(cfg.seed)
@@ -160,7 +187,14 @@ class RaftNode:
         self._inbox: list[Message] = []
         self._requests: list[tuple[str, Any, _Waiter]] = []
         self._tick_pending = False
-        self._proposals: dict[int, tuple[int, _Waiter]] = {}  # index -> (term, waiter)
+        # Normal proposals carry an envelope (origin node id, request id) so the proposer
+        # recognises its entry when applied, also when a follower forwarded it to the leader.
+        # Request ids start at a random point so that entries replayed after a restart can
+        # never be mistaken for new requests.
+        self._rid = itertools.count(int.from_bytes(os.urandom(7), "big"))
+        self._waiters: dict[int, _Waiter] = {}  # request id -> waiter
+        self._by_index: dict[int, tuple[int, int]] = {}  # index -> (term, request id), leader only
+        self._conf_waiters: dict[int, tuple[int, _Waiter]] = {}  # index -> (term, waiter)
         self._reads: dict[bytes, _Waiter] = {}  # read context -> waiter (before ReadState)
         self._read_waits: list[tuple[int, _Waiter]] = []  # (read index, waiter)
         self._ctx = itertools.count(1)
@@ -330,36 +364,45 @@ class RaftNode:
     def _handle_requests(self, requests: list[tuple[str, Any, _Waiter]]) -> None:
         core = self.core
         batch: list[bytes] = []
-        batch_waiters: list[_Waiter] = []
+        rids: list[int] = []
         for kind, arg, w in requests:
             try:
                 if kind == "propose":
-                    batch.append(arg)
-                    batch_waiters.append(w)
+                    rid = next(self._rid)
+                    batch.append(_ENVELOPE.pack(self.id, rid) + arg)
+                    rids.append(rid)
+                    self._waiters[rid] = w
                 elif kind == "read":
                     ctx = b"%d" % next(self._ctx)
                     core.read_index(ctx)
                     self._reads[ctx] = w
                 elif kind == "conf":
                     index, term = core.propose_conf_change(arg)
-                    self._proposals[index] = (term, w)
+                    self._conf_waiters[index] = (term, w)
                 elif kind == "transfer":
                     core.transfer_leadership(arg)
                     w.set(None)
             except ProposalDropped as exc:
-                w.fail(self._not_leader(exc))
-        if batch:
-            try:
+                w.fail(self._refusal(exc))
+        if not batch:
+            return
+        try:
+            if core.role is Role.LEADER:
                 first, term = core.propose(batch)
-            except ProposalDropped as exc:
-                err = self._not_leader(exc)
-                for w in batch_waiters:
-                    w.fail(err)
+                for i, rid in enumerate(rids):
+                    self._by_index[first + i] = (term, rid)
             else:
-                for i, w in enumerate(batch_waiters):
-                    self._proposals[first + i] = (term, w)
+                core.forward(batch)  # the leader appends them; we recognise them when applied
+        except ProposalDropped as exc:
+            err = self._refusal(exc)
+            for rid in rids:
+                self._waiters.pop(rid).fail(err)
 
-    def _not_leader(self, exc: ProposalDropped) -> NotLeader:
+    def _refusal(self, exc: ProposalDropped) -> RaftError:
+        if isinstance(exc, InvalidChange):
+            return InvalidRequest(exc.reason)
+        if isinstance(exc, LeaderBusy):
+            return Busy(exc.reason)
         return NotLeader(exc.reason, exc.leader, self.peers.get(exc.leader))
 
     async def _handle_ready(self, rd: Ready) -> None:
@@ -404,33 +447,65 @@ class RaftNode:
         self._snapshot = snap
         peers[self.id] = self.peers[self.id]
         await self._set_peers(peers)
-        for idx in [i for i in self._proposals if i <= snap.meta.index]:
-            _, w = self._proposals.pop(idx)
-            w.fail(ProposalLost("superseded by a snapshot; outcome unknown"))
+        # Whatever we proposed may be inside the snapshot or not: we cannot tell any more.
+        err = OutcomeUnknown("this server caught up by snapshot; outcome unknown")
+        for w in self._waiters.values():
+            w.fail(err)
+        for _, w in self._conf_waiters.values():
+            w.fail(err)
+        self._waiters.clear()
+        self._by_index.clear()
+        self._conf_waiters.clear()
         log.info("node %d installed snapshot at index %d", self.id, snap.meta.index)
 
     async def _apply(self, entries: list[Entry]) -> None:
-        results = await self._sm_db.run(self.sm.apply, entries)
+        # Strip the envelopes: the state machine sees only the command.
+        mine: list[tuple[int, int] | None] = []
+        sm_entries = []
+        for e in entries:
+            if e.type is EntryType.NORMAL and len(e.data) >= _ENVELOPE.size:
+                origin, rid = _ENVELOPE.unpack_from(e.data)
+                mine.append((e.index, rid) if origin == self.id else None)
+                sm_entries.append(Entry(e.term, e.index, e.type, e.data[_ENVELOPE.size :]))
+            else:
+                mine.append(None)
+                sm_entries.append(e)
+        results = await self._sm_db.run(self.sm.apply, sm_entries)
         self._sm_applied = entries[-1].index
+        if self.on_apply is not None:
+            self.on_apply()
         peers_changed = False
         peers = dict(self.peers)
-        for e, res in zip(entries, results, strict=True):
+        for e, res, own in zip(entries, results, mine, strict=True):
             if e.type is EntryType.CONF_CHANGE:
                 cc = ConfChange.decode(e.data)
                 if cc.type is ConfChangeType.REMOVE:
                     peers.pop(cc.node_id, None)
                 elif cc.context:
-                    peers[cc.node_id] = cc.context.decode()
+                    peers[cc.node_id] = cc.context.decode(errors="replace")
                 peers_changed = True
-            pending = self._proposals.pop(e.index, None)
-            if pending is not None:
-                term, w = pending
-                if term == e.term:
+                conf = self._conf_waiters.pop(e.index, None)
+                if conf is not None:
+                    self._resolve(conf[1], conf[0], e, None)
+            if own is not None:
+                w = self._waiters.pop(own[1], None)
+                if w is not None:
                     w.set(res)
-                else:
+            expected = self._by_index.pop(e.index, None)
+            if expected is not None and expected[0] != e.term:
+                # Our entry at this index was replaced by another leader's: not committed.
+                w = self._waiters.pop(expected[1], None)
+                if w is not None:
                     w.fail(ProposalLost(f"entry {e.index} was overwritten by term {e.term}"))
         if peers_changed:
             await self._set_peers(peers)
+
+    @staticmethod
+    def _resolve(w: _Waiter, term: int, e: Entry, result: Any) -> None:
+        if term == e.term:
+            w.set(result)
+        else:
+            w.fail(ProposalLost(f"entry {e.index} was overwritten by term {e.term}"))
 
     async def _set_peers(self, peers: dict[NodeId, str]) -> None:
         old = self.peers
@@ -440,7 +515,11 @@ class RaftNode:
                 self.transport.remove_peer(pid)
         for pid, addr in peers.items():
             if pid != self.id and old.get(pid) != addr:
-                self.transport.set_peer(pid, parse_addr(addr))
+                try:
+                    self.transport.set_peer(pid, parse_addr(addr))
+                except ValueError as exc:
+                    # Validated before proposing; a bad address in the log must not stop us.
+                    log.error("node %d: member %d has an unusable address: %s", self.id, pid, exc)
         await self._raft_db.run(self.storage.save_peers, peers)
 
     def _release_reads(self) -> None:

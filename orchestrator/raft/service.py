@@ -30,7 +30,10 @@ import trio
 from .framing import FrameDecoder, FramingError, encode_frame
 from .kv import KVStateMachine, encode_cas, encode_delete, encode_put
 from .node import (
+    Busy,
+    InvalidRequest,
     NotLeader,
+    OutcomeUnknown,
     ProposalLost,
     RaftNode,
     ReadAborted,
@@ -101,8 +104,11 @@ class ClientService:
                         for frame in decoder.receive_data(data):
                             await limiter.acquire_on_behalf_of(frame)
                             nursery.start_soon(self._handle, frame, send_q.clone(), limiter)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, FramingError) as exc:
-            log.debug("client connection closed: %s", exc)
+        except* (OSError, trio.BrokenResourceError, trio.ClosedResourceError, FramingError) as eg:
+            log.debug("client connection closed: %s", eg.exceptions[0])
+        except* Exception:
+            # A bug in serving one connection must not take the server down.
+            log.exception("error while serving a client connection")
 
     async def _writer(self, stream: trio.SocketStream, q: trio.MemoryReceiveChannel[bytes]) -> None:
         async with q:
@@ -143,8 +149,12 @@ class ClientService:
                 # Writes: proposed but not seen committed in time; the outcome is unknown.
                 status = "timeout"
                 value = f"no quorum: no answer within {self.request_timeout:g}s (outcome unknown)"
-            except ReadAborted as exc:
+            except (ReadAborted, Busy) as exc:
                 status, value = "unavailable", str(exc)
+            except InvalidRequest as exc:
+                status, value = "error", str(exc)
+            except OutcomeUnknown as exc:
+                status, value = "timeout", str(exc)
             # If the client went away or stopped reading, the answer is its loss.
             with suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                 q.send_nowait(encode_frame(msgpack.packb([rid, status, value])))
@@ -173,12 +183,18 @@ class ClientService:
         if op == "status":
             return node.status()
         if op == "add_learner":
-            await node.change_membership(
-                add_learner_change(_int(args[0], "node id"), _str(args[1], "address"))
-            )
+            addr = _str(args[1], "address")
+            try:
+                parse_addr(addr)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from exc
+            await node.change_membership(add_learner_change(_int(args[0], "node id"), addr))
             return True
         if op == "promote":
-            await node.change_membership(promote_change(_int(args[0], "node id")))
+            nid = _int(args[0], "node id")
+            if nid not in node.core.conf.learners:
+                raise BadRequest(f"node {nid} is not a learner: add it with add_learner first")
+            await node.change_membership(promote_change(nid))
             return True
         if op == "remove":
             await node.change_membership(remove_change(_int(args[0], "node id")))

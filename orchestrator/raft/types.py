@@ -34,6 +34,7 @@ class MsgType(IntEnum):
     TIMEOUT_NOW = 10  # leadership transfer: "campaign now, skipping pre-vote"
     READ_INDEX = 11  # follower asks the leader for a read index (context identifies the read)
     READ_INDEX_RESP = 12
+    PROP = 13  # a follower forwards proposals (entries carry only data) to the leader
 
 
 class EntryType(IntEnum):
@@ -168,3 +169,12 @@ class ProposalDropped(Exception):
         super().__init__(reason)
         self.reason = reason
         self.leader = leader
+
+
+class LeaderBusy(ProposalDropped):
+    """We are the leader but cannot take this now (a transfer or membership change is under
+    way): retry shortly."""
+
+
+class InvalidChange(ProposalDropped):
+    """A membership change or transfer that can never succeed as asked (unknown node, ...)."""

@@ -83,7 +83,7 @@ class MemoryKV:
         return out
 
     def _exec(self, data: bytes) -> object:
-        op, key, a, b = msgpack.unpackb(data)
+        op, key, a, b, _op_id = msgpack.unpackb(data)
         if op == "put":
             self.data[key] = a
             return True
@@ -118,8 +118,9 @@ class MemoryKV:
 StateMachineFactory = Callable[[], MemoryKV]
 
 
-def encode(op: str, key: str, a: bytes | None = None, b: bytes | None = None) -> bytes:
-    return msgpack.packb([op, key, a, b])  # type: ignore[no-any-return]
+def encode(op: str, key: str, a: bytes | None, b: bytes | None, op_id: int) -> bytes:
+    """A client command; the op id lets a server that forwarded it recognise it when applied."""
+    return msgpack.packb([op, key, a, b, op_id])  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------------------- nodes
@@ -150,6 +151,7 @@ class SimNode:
         self.core: RaftCore
         self.sm: MemoryKV
         self.pending: dict[int, Pending] = {}  # index -> write waiting for apply
+        self.forwarded: set[int] = set()  # op ids of writes forwarded to the leader
         self.reads: dict[bytes, int] = {}  # read context -> op id
         self.read_waits: list[tuple[int, int]] = []  # (read index, op id)
         self.last_snapshot_index = 0
@@ -177,8 +179,9 @@ class SimNode:
 
     def crash(self) -> None:
         self.alive = False
-        for p in self.pending.values():
-            self.sim.op_indeterminate(p.op_id)
+        for op_id in [p.op_id for p in self.pending.values()] + list(self.forwarded):
+            self.sim.op_indeterminate(op_id)
+        self.forwarded.clear()
         for op_id in list(self.reads.values()) + [o for _, o in self.read_waits]:
             self.sim.op_abandoned(op_id)
         self.pending.clear()
@@ -218,6 +221,9 @@ class SimNode:
             for idx in [i for i in self.pending if i <= meta.index]:
                 # Superseded by the snapshot: outcome unknown to this server.
                 sim.op_indeterminate(self.pending.pop(idx).op_id)
+            for op_id in self.forwarded:
+                sim.op_indeterminate(op_id)
+            self.forwarded.clear()
         if rd.committed:
             results = self.sm.apply(rd.committed)
             for e, res in zip(rd.committed, results, strict=True):
@@ -228,12 +234,17 @@ class SimNode:
                         sim.op_done(p.op_id, res)
                     else:
                         sim.op_failed(p.op_id)
+                if self.forwarded and e.type is EntryType.NORMAL and e.data:
+                    op_id = msgpack.unpackb(e.data)[4]
+                    if op_id in self.forwarded:
+                        self.forwarded.discard(op_id)
+                        sim.op_done(op_id, res)
         # Like the SQLite state machine: the applied index commits with the change.
         self.sm_durable = self.sm.durable_copy()
         for rs in rd.read_states:
-            op_id = self.reads.pop(rs.context, None)
-            if op_id is not None:
-                self.read_waits.append((rs.index, op_id))
+            read_op = self.reads.pop(rs.context, None)
+            if read_op is not None:
+                self.read_waits.append((rs.index, read_op))
         self._serve_reads()
         if rd.soft_state is not None and rd.soft_state.role is Role.LEADER:
             sim.on_leader(self)
@@ -649,9 +660,14 @@ class Simulation:
                     key,
                     expected if kind == "cas" else value,
                     value if kind == "cas" else None,
+                    op_id,
                 )
-                index, term = node.core.propose([data])
-                node.pending[index] = Pending(op_id, index, term)
+                if node.core.role is not Role.LEADER and r.random() < 0.5:
+                    node.core.forward([data])  # like RaftNode on a follower
+                    node.forwarded.add(op_id)
+                else:
+                    index, term = node.core.propose([data])
+                    node.pending[index] = Pending(op_id, index, term)
         except ProposalDropped as exc:
             self.leader_guess[c] = exc.leader
             self._op_finish_retry(op_id, "failed")

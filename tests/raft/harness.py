@@ -125,6 +125,13 @@ def describe_ready(nid: NodeId, rd: Ready) -> list[str]:
     return out
 
 
+def describe(rd: Ready, nid: NodeId | None = None) -> str:
+    """`describe_ready` as one string; the node id defaults to the sender of its messages."""
+    if nid is None:
+        nid = rd.messages[0].frm if rd.messages else 0
+    return "\n".join(describe_ready(nid, rd))
+
+
 def describe_status(core: RaftCore) -> list[str]:
     log = core.log
     lines = [
@@ -503,6 +510,8 @@ __all__ = [
     "Disk",
     "MessageFilter",
     "Node",
+    "StateMachine",
+    "describe",
     "describe_conf",
     "describe_entry",
     "describe_message",

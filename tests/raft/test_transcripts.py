@@ -28,9 +28,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from harness import Cluster, describe_conf, describe_entry, describe_status
+from harness import (
+    Cluster,
+    describe,
+    describe_conf,
+    describe_entry,
+    describe_message,
+    describe_status,
+)
 
-from orchestrator.raft.types import ConfChange, ConfChangeType, MsgType, ProposalDropped
+from orchestrator.raft.types import (
+    ConfChange,
+    ConfChangeType,
+    Entry,
+    HardState,
+    Message,
+    MsgType,
+    ProposalDropped,
+    Ready,
+)
 
 TESTDATA = Path(__file__).parent / "testdata"
 
@@ -322,3 +338,20 @@ def test_parse_render_roundtrip() -> None:
     )
     with pytest.raises(ValueError, match="expected '----'"):
         parse("campaign 1\nok\n")
+
+
+def test_describe_renders_one_line_per_item() -> None:
+    app = Message(MsgType.APP, 2, 1, term=2, log_term=1, index=3, commit=3,
+                  entries=[Entry(2, 4), Entry(2, 5, data=b"x")])
+    assert describe_message(app) == "1->2 APP term=2 log=1/3 commit=3 entries=[2/4 2/5]"
+    rej = Message(MsgType.APP_RESP, 1, 2, term=2, index=5, reject=True, reject_hint=3, log_term=1)
+    assert describe_message(rej) == "2->1 APP_RESP term=2 index=5 rejected hint=1/3"
+    rd = Ready(hard_state=HardState(2, 1, 3), entries=[Entry(2, 4), Entry(2, 5, data=b"x")],
+               committed=[Entry(2, 4)], messages=[app], notes=["hello"])
+    assert describe(rd) == "\n".join([
+        "1 hard: term=2 vote=1 commit=3",
+        "1 persist: 2/4 2/5:x",
+        "1 apply: 2/4",
+        "1 note: hello",
+        "1->2 APP term=2 log=1/3 commit=3 entries=[2/4 2/5]",
+    ])
