@@ -6,7 +6,7 @@
 For each cluster size, a fresh cluster of `orchestrator server` processes is started on
 loopback (see tests/cluster.py; the server always fsyncs its SQLite commits). For each
 concurrency, `--client-procs` separate Python processes (this file with `--worker`) each run a
-trio `KVClient` with their share of the concurrency: every task writes `--value-bytes` values to
+trio `StoreClient` with their share of the concurrency: every task writes `--value-bytes` values to
 distinct keys, back to back, for `--duration` seconds. Load generation is kept out of the
 measuring process so that the client is not what is measured; the CPU the clients used is
 reported next to the servers' (user + system seconds during the measured window).
@@ -64,14 +64,14 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 # ---------------------------------------------------------------------------------- worker
 async def _worker(args: argparse.Namespace) -> dict[str, Any]:
-    from orchestrator.raft.client import ClientError, KVClient
+    from orchestrator.store.client import ClientError, StoreClient
 
     endpoints = args.endpoints.split(",")
     value = (b"v" * args.value_bytes)[: args.value_bytes]
     latencies: list[float] = []
     ok_in_window = 0
     errors = 0
-    async with KVClient(endpoints) as kv:
+    async with StoreClient(endpoints) as kv:
         # Connect and find the leader before the window opens.
         with trio.fail_after(30):
             await kv.put(f"{args.prefix}-warmup", value)

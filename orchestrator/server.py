@@ -1,4 +1,4 @@
-"""Assembles one server process: the Raft node, its state machine and its client port.
+"""Assembles one server process: the Raft node, the MVCC store on it, and the client port.
 
 Runs until cancelled or until SIGTERM/SIGINT, then shuts down cleanly (databases closed).
 """
@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import trio
 
-from .raft.kv import KVStateMachine
 from .raft.node import NodeConfig, RaftNode
-from .raft.service import ClientService
 from .raft.statemachine import StateMachine
+from .store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
+from .store.raftstore import CompactionPolicy, RaftStore
+from .store.service import ClientService
 
 log = logging.getLogger("orchestrator.server")
 
@@ -24,21 +26,24 @@ log = logging.getLogger("orchestrator.server")
 class ServerOptions:
     node: NodeConfig
     client_listen: str
+    quota_bytes: int = DEFAULT_QUOTA_BYTES
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
 
 
-def open_kv(data_dir: Path) -> StateMachine:
-    return KVStateMachine(data_dir / "kv.db")
+def open_store(data_dir: Path, *, quota_bytes: int) -> StateMachine:
+    return MVCCStore(data_dir / "store.db", quota_bytes=quota_bytes)
 
 
 class Server:
     def __init__(self, opts: ServerOptions) -> None:
         self.opts = opts
-        self.node = RaftNode(opts.node, open_kv)
-        self.service = ClientService(self.node, opts.client_listen)
+        self.node = RaftNode(opts.node, partial(open_store, quota_bytes=opts.quota_bytes))
+        self.store = RaftStore(self.node, compaction=opts.compaction)
+        self.service = ClientService(self.store, opts.client_listen)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.node.run)
+            await nursery.start(self.store.run)
             await nursery.start(self.service.run)
             log.info(
                 "server %d ready: peers on %s, clients on port %d",

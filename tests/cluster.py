@@ -13,7 +13,7 @@ restarts, with a marker line per start). Servers are addressed by their index in
 `cluster.servers` (0-based); server `i` has Raft node id `i + 1`.
 
 The waiting helpers are async (trio) and poll the servers' client port with a raw one-shot
-status request (so they do not depend on `KVClient`), always against a deadline, and fail fast
+status request (so they do not depend on `StoreClient`), always against a deadline, and fail fast
 with the log tail if a server that should be running has exited. A plain script can drive them
 with `trio.run(cluster.wait_leader)` or the `*_blocking` wrappers.
 

@@ -248,9 +248,7 @@ def _check_value(key: str, value: Any) -> int:
     if not isinstance(value, bytes):
         raise _Invalid(InvalidRequest(f"value of {key!r} must be bytes"))
     if len(value) > MAX_VALUE_BYTES:
-        raise _Invalid(
-            TooLarge(f"value of {key!r} is {len(value)} bytes, over {MAX_VALUE_BYTES}")
-        )
+        raise _Invalid(TooLarge(f"value of {key!r} is {len(value)} bytes, over {MAX_VALUE_BYTES}"))
     return len(value)
 
 
@@ -348,7 +346,7 @@ class MVCCStore:
         self._pending: list[Event] = []  # drained by take_events()
         # Recent events in (revision, key) order; complete for every revision >= _ring_floor.
         self._ring: list[Event] = []
-        self._ring_floor = 0
+        self._ring_floor = 2
         self._compacted = False  # a compaction ran in the current apply batch
         # isolation_level=None: transactions are explicit, so the applied index and the changes
         # it covers are committed together.
@@ -394,6 +392,7 @@ class MVCCStore:
             raise
         conn.execute("COMMIT")
         self._load_meta()
+        self._reset_events()  # the ring starts empty: complete from the next revision on
         conn.execute(_SQL_CHECKPOINT)
 
     def _load_meta(self) -> None:
@@ -578,14 +577,21 @@ class MVCCStore:
         if create and prev is not None:
             return self._fail(KeyExists(f"key {key!r} already exists"))
         if expected is not None and (0 if prev is None else prev.mod_revision) != expected:
-            return self._fail(Conflict(
-                f"key {key!r} is at mod_revision {0 if prev is None else prev.mod_revision},"
-                f" expected {expected}", prev))
+            return self._fail(
+                Conflict(
+                    f"key {key!r} is at mod_revision {0 if prev is None else prev.mod_revision},"
+                    f" expected {expected}",
+                    prev,
+                )
+            )
         delta = kb + vb if prev is not None else 2 * kb + vb
         if self._logical + delta > self._quota:
-            return self._fail(QuotaExceeded(
-                f"put of {key!r} ({delta} bytes) would exceed the quota of {self._quota}"
-                " bytes: compact and delete"))
+            return self._fail(
+                QuotaExceeded(
+                    f"put of {key!r} ({delta} bytes) would exceed the quota of {self._quota}"
+                    " bytes: compact and delete"
+                )
+            )
         rev = self._rev + 1
         hid = rev << _SUB_BITS
         if prev is None:
@@ -594,8 +600,9 @@ class MVCCStore:
             conn.execute(_SQL_KV_INSERT, (key, hid, rev, 1))
         else:
             kv = KeyValue(key, value, prev.create_revision, rev, prev.version + 1)
-            conn.execute(_SQL_HISTORY_INSERT, (hid, key, _PUT, kv.create_revision, kv.version,
-                                               value))
+            conn.execute(
+                _SQL_HISTORY_INSERT, (hid, key, _PUT, kv.create_revision, kv.version, value)
+            )
             conn.execute(_SQL_KV_UPDATE, (hid, kv.version, key))
         self._rev = rev
         self._logical += delta
@@ -608,8 +615,11 @@ class MVCCStore:
         if prev is None:
             return self._fail(KeyNotFound(f"key {key!r} does not exist"))
         if expected is not None and prev.mod_revision != expected:
-            return self._fail(Conflict(
-                f"key {key!r} is at mod_revision {prev.mod_revision}, expected {expected}", prev))
+            return self._fail(
+                Conflict(
+                    f"key {key!r} is at mod_revision {prev.mod_revision}, expected {expected}", prev
+                )
+            )
         rev = self._rev + 1
         self._write_tombstone(key, rev << _SUB_BITS)
         self._rev = rev
@@ -699,9 +709,14 @@ class MVCCStore:
             elif prev is not None:
                 changes[key] = prev
         if delta > 0 and self._logical + delta > self._quota:
-            return TxnResult(False, self._rev, error=QuotaExceeded(
-                f"txn ({delta} bytes) would exceed the quota of {self._quota} bytes:"
-                " compact and delete"))
+            return TxnResult(
+                False,
+                self._rev,
+                error=QuotaExceeded(
+                    f"txn ({delta} bytes) would exceed the quota of {self._quota} bytes:"
+                    " compact and delete"
+                ),
+            )
         rev = self._rev + 1 if changes else self._rev
         subs = {key: i for i, key in enumerate(sorted(changes))}
         conn = self._db()
@@ -721,16 +736,18 @@ class MVCCStore:
                     conn.execute(_SQL_KV_INSERT, (key, hid, rev, 1))
                 else:
                     kv = KeyValue(key, value, prev.create_revision, rev, prev.version + 1)
-                    conn.execute(_SQL_HISTORY_INSERT,
-                                 (hid, key, _PUT, kv.create_revision, kv.version, value))
+                    conn.execute(
+                        _SQL_HISTORY_INSERT, (hid, key, _PUT, kv.create_revision, kv.version, value)
+                    )
                     conn.execute(_SQL_KV_UPDATE, (hid, kv.version, key))
                 state[key] = kv
                 new_events.append(Event(EventType.PUT, kv, prev))
             else:
                 self._write_tombstone(key, rev << _SUB_BITS | subs[key])
                 state[key] = None
-                new_events.append(Event(EventType.DELETE, KeyValue(key, b"", 0, rev, 0),
-                                        changes[key]))
+                new_events.append(
+                    Event(EventType.DELETE, KeyValue(key, b"", 0, rev, 0), changes[key])
+                )
         new_events.sort(key=lambda ev: ev.kv.key)
         events.extend(new_events)
         self._rev = rev
@@ -741,12 +758,16 @@ class MVCCStore:
         if target is None:
             raise _Invalid(InvalidRequest("compact takes a revision"))
         if target <= self._compact:
-            return self._fail(Compacted(
-                f"revision {target} is already compacted (compact revision {self._compact})",
-                self._compact))
+            return self._fail(
+                Compacted(
+                    f"revision {target} is already compacted (compact revision {self._compact})",
+                    self._compact,
+                )
+            )
         if target > self._rev:
-            return self._fail(FutureRevision(
-                f"cannot compact to revision {target}: the store is at {self._rev}"))
+            return self._fail(
+                FutureRevision(f"cannot compact to revision {target}: the store is at {self._rev}")
+            )
         conn = self._db()
         window = ((self._compact + 1) << _SUB_BITS, (target + 1) << _SUB_BITS)
         freed = int(conn.execute(_SQL_COMPACT_BYTES, window).fetchone()[0])
@@ -767,7 +788,8 @@ class MVCCStore:
         if revision < self._compact:
             raise Compacted(
                 f"revision {revision} has been compacted (compact revision {self._compact})",
-                self._compact)
+                self._compact,
+            )
         return revision
 
     def get(self, key: str, revision: int = 0) -> KeyValue | None:
@@ -806,14 +828,16 @@ class MVCCStore:
         lower, upper = _bounds(prefix, start_after)
         conn = self._db()
         current = rev == self._rev
-        args: tuple[Any, ...] = (lower, upper) if current else (
-            lower, upper, (rev + 1) << _SUB_BITS)
+        args: tuple[Any, ...] = (
+            (lower, upper) if current else (lower, upper, (rev + 1) << _SUB_BITS)
+        )
         count_sql = _SQL_COUNT if current else _SQL_COUNT_AT
         if count_only:
             count = int(conn.execute(count_sql, args).fetchone()[0])
             return RangeResult([], rev, False, count)
-        rows = conn.execute(_SQL_RANGE if current else _SQL_RANGE_AT,
-                            (*args, limit + 1 if limit else _NO_LIMIT)).fetchall()
+        rows = conn.execute(
+            _SQL_RANGE if current else _SQL_RANGE_AT, (*args, limit + 1 if limit else _NO_LIMIT)
+        ).fetchall()
         more = bool(limit) and len(rows) > limit
         if more:
             del rows[limit:]
@@ -838,26 +862,43 @@ class MVCCStore:
         if self._compact > 0 and revision <= self._compact:
             raise Compacted(
                 f"events since revision {revision} have been compacted (compact revision"
-                f" {self._compact}): re-list and watch from a later revision", self._compact)
+                f" {self._compact}): re-list and watch from a later revision",
+                self._compact,
+            )
         lower, upper = _bounds(prefix, "")
         if self._ring_size and revision >= self._ring_floor:
             ring = self._ring
             start = bisect.bisect_left(ring, revision, key=lambda ev: ev.kv.mod_revision)
             return _take_whole_revisions(
-                (ev for ev in ring[start:] if ev.kv.key.startswith(prefix)), limit)
+                (ev for ev in ring[start:] if ev.kv.key.startswith(prefix)), limit
+            )
         # A revision has at most MAX_TXN_OPS events: limit + MAX_TXN_OPS rows always reach
         # the end of the revision that straddles the limit.
-        rows = self._db().execute(_SQL_EVENTS, (
-            max(revision, 0) << _SUB_BITS, lower, upper,
-            limit + MAX_TXN_OPS if limit else _NO_LIMIT)).fetchall()
+        rows = (
+            self._db()
+            .execute(
+                _SQL_EVENTS,
+                (
+                    max(revision, 0) << _SUB_BITS,
+                    lower,
+                    upper,
+                    limit + MAX_TXN_OPS if limit else _NO_LIMIT,
+                ),
+            )
+            .fetchall()
+        )
         events = []
         for hid, key, kind, create, version, value, ptype, pcreate, pid, pversion, pvalue in rows:
             rev = hid >> _SUB_BITS
-            prev = None if ptype != _PUT else KeyValue(
-                key, pvalue, pcreate, pid >> _SUB_BITS, pversion)
+            prev = (
+                None
+                if ptype != _PUT
+                else KeyValue(key, pvalue, pcreate, pid >> _SUB_BITS, pversion)
+            )
             if kind == _PUT:
-                events.append(Event(EventType.PUT, KeyValue(key, value, create, rev, version),
-                                    prev))
+                events.append(
+                    Event(EventType.PUT, KeyValue(key, value, create, rev, version), prev)
+                )
             else:
                 events.append(Event(EventType.DELETE, KeyValue(key, b"", 0, rev, 0), prev))
         return _take_whole_revisions(events, limit)

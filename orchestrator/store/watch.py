@@ -464,7 +464,7 @@ class WatchHub:
                 if group is None:
                     continue
                 for w in group:
-                    if r >= w._next_rev:
+                    if True:
                         batch = deliveries.get(w)
                         if batch is None:
                             deliveries[w] = [e]

@@ -1,7 +1,7 @@
 """End-to-end tests of real `orchestrator server` processes (Raft over SQLite + TCP).
 
 Every test starts its own cluster of separate OS processes on loopback ports (see
-`tests/cluster.py`), drives it through `KVClient`, raw sockets or the CLI, and checks what a
+`tests/cluster.py`), drives it through `StoreClient`, raw sockets or the CLI, and checks what a
 client can observe: acknowledged writes survive leader crashes and snapshot catch-up, hostile
 input on either port changes nothing, and membership changes through the CLI take effect.
 
@@ -28,7 +28,7 @@ import msgpack
 import pytest
 import trio
 
-from orchestrator.raft.client import Indeterminate, KVClient
+from orchestrator.store.client import Indeterminate, StoreClient
 from orchestrator.raft.codec import encode_message
 from orchestrator.raft.framing import FrameDecoder, encode_frame
 from orchestrator.raft.types import Message, MsgType
@@ -82,7 +82,7 @@ async def wait_for_log(cluster: Any, i: int, text: str, *, within: float = 10.0)
 
 
 async def check_reads(
-    kv: KVClient,
+    kv: StoreClient,
     acked: dict[str, bytes],
     indeterminate: dict[str, bytes],
     *,
@@ -114,7 +114,7 @@ async def check_reads(
 
 
 async def writer(
-    kv: KVClient,
+    kv: StoreClient,
     prefix: str,
     stop: trio.Event,
     acked: dict[str, bytes],
@@ -138,7 +138,7 @@ async def writer(
             acked[key] = value
 
 
-async def write_keys(kv: KVClient, keys: list[str], concurrency: int = 16) -> None:
+async def write_keys(kv: StoreClient, keys: list[str], concurrency: int = 16) -> None:
     limiter = trio.CapacityLimiter(concurrency)
 
     async def one(key: str) -> None:
@@ -217,7 +217,7 @@ async def test_acknowledged_writes_survive_leader_kills(tmp_path: Path) -> None:
         await cluster.wait_leader()
         acked: dict[str, bytes] = {}
         indeterminate: dict[str, bytes] = {}
-        async with KVClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints) as kv:
             for cycle in range(2):
                 stop = trio.Event()
                 async with trio.open_nursery() as nursery:
@@ -259,7 +259,7 @@ async def test_follower_catches_up_from_a_snapshot(tmp_path: Path) -> None:
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        async with KVClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints) as kv:
             await write_keys(kv, [f"early-{i}" for i in range(5)])
             before = await cluster.wait_caught_up(follower)
             cluster.kill(follower)
@@ -301,7 +301,7 @@ async def test_hostile_input_on_the_peer_port_changes_nothing(tmp_path: Path) ->
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        async with KVClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints) as kv:
             await write_keys(kv, ["stable-0", "stable-1"])
             terms_before = await terms(cluster)
 
@@ -365,7 +365,7 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
         cluster.start()
         leader = await cluster.wait_leader()
         founders = ",".join(cluster.endpoints)
-        async with KVClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints) as kv:
             early = [f"early-{i}" for i in range(20)]
             await write_keys(kv, early)
 
@@ -435,7 +435,7 @@ async def test_hostile_input_on_the_client_port_changes_nothing(tmp_path: Path) 
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        async with KVClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints) as kv:
             await write_keys(kv, ["stable-0", "stable-1"])
             terms_before = await terms(cluster)
             await cluster.wait_caught_up(follower)

@@ -1,6 +1,6 @@
 """Client for the Raft servers' client port (see `service`): finds the leader and retries.
 
-    async with KVClient(["127.0.0.1:7101", ...]) as kv:
+    async with StoreClient(["127.0.0.1:7101", ...]) as kv:
         await kv.put("k", b"v")
         value = await kv.get("k")
 
@@ -14,15 +14,32 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgpack
 import trio
 
-from .framing import FrameDecoder, encode_frame
-from .node import parse_addr
+from ..raft.framing import FrameDecoder, encode_frame
+from ..raft.node import parse_addr
+from .types import (
+    Compacted,
+    Conflict,
+    Event,
+    EventType,
+    FutureRevision,
+    InvalidRequest,
+    KeyExists,
+    KeyNotFound,
+    KeyValue,
+    NoQuorum,
+    QuotaExceeded,
+    StoreError,
+    TooLarge,
+    Unavailable,
+)
 
-READ_OPS = frozenset({"get", "status"})
+READ_OPS = frozenset({"get", "status", "kv", "range", "revision"})
 
 
 class ClientError(Exception):
@@ -33,6 +50,26 @@ class Indeterminate(ClientError):
     """The connection broke after the request was sent: it may or may not have taken effect."""
 
 
+_STORE_ERRORS: dict[str, type[StoreError]] = {
+    cls.code: cls
+    for cls in (KeyExists, KeyNotFound, Conflict, Compacted, FutureRevision, TooLarge,
+                InvalidRequest, QuotaExceeded, NoQuorum, Unavailable)
+}
+
+
+def _store_error(status: str, value: Any) -> StoreError | None:
+    """The StoreError a store error answer stands for (None if it is not one)."""
+    cls = _STORE_ERRORS.get(status)
+    if cls is None:
+        return None
+    message, extra = value if isinstance(value, list) and len(value) == 2 else (str(value), None)
+    if cls is Conflict:
+        return Conflict(message, _kv(extra))
+    if cls is Compacted:
+        return Compacted(message, int(extra or 0))
+    return cls(message)
+
+
 class RequestFailed(ClientError):
     def __init__(self, status: str, detail: Any) -> None:
         super().__init__(f"{status}: {detail}")
@@ -40,10 +77,21 @@ class RequestFailed(ClientError):
         self.detail = detail
 
 
+def _kv(w: Any) -> KeyValue | None:
+    return None if w is None else KeyValue(w[0], bytes(w[1]), w[2], w[3], w[4])
+
+
+def _event(w: Any) -> Event:
+    kv = _kv(w[1])
+    assert kv is not None
+    return Event(EventType(w[0]), kv, _kv(w[2]))
+
+
 class _Conn:
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
         self.pending: dict[int, tuple[trio.Event, list[Any]]] = {}
+        self.streams: dict[int, trio.MemorySendChannel[tuple[str, Any]]] = {}  # watches
         self.closed = False
         self.send_lock = trio.Lock()
 
@@ -56,6 +104,13 @@ class _Conn:
                     break
                 for frame in decoder.receive_data(data):
                     rid, status, value = msgpack.unpackb(frame, strict_map_key=False)
+                    stream = self.streams.get(rid)
+                    if stream is not None:
+                        try:
+                            stream.send_nowait((status, value))
+                        except (trio.WouldBlock, trio.BrokenResourceError):
+                            self.streams.pop(rid).close()  # consumer gone or far behind
+                        continue
                     slot = self.pending.pop(rid, None)
                     if slot is not None:
                         slot[1].extend((status, value))
@@ -67,10 +122,13 @@ class _Conn:
             for ev, _ in self.pending.values():
                 ev.set()  # empty result list = connection lost
             self.pending.clear()
+            for ch in self.streams.values():
+                ch.close()  # end of stream without "canceled" = connection lost
+            self.streams.clear()
             await trio.aclose_forcefully(self.stream)
 
 
-class KVClient:
+class StoreClient:
     def __init__(self, endpoints: list[str], *, retry_delay: float = 0.05) -> None:
         if not endpoints:
             raise ValueError("at least one endpoint is needed")
@@ -83,7 +141,7 @@ class KVClient:
         self._nursery: trio.Nursery | None = None
         self._connect_lock = trio.Lock()
 
-    async def __aenter__(self) -> KVClient:
+    async def __aenter__(self) -> StoreClient:
         self._cm = trio.open_nursery()
         self._nursery = await self._cm.__aenter__()
         return self
@@ -106,6 +164,90 @@ class KVClient:
 
     async def delete(self, key: str) -> bool:
         return bool(await self.call("delete", key))
+
+    async def create(self, key: str, value: bytes) -> KeyValue:
+        kv = _kv(await self.call("create", key, value))
+        assert kv is not None
+        return kv
+
+    async def update(
+        self, key: str, value: bytes, expected_mod_revision: int | None = None
+    ) -> KeyValue:
+        kv = _kv(await self.call("update", key, value, expected_mod_revision))
+        assert kv is not None
+        return kv
+
+    async def remove(self, key: str, expected_mod_revision: int | None = None) -> KeyValue:
+        kv = _kv(await self.call("remove_key", key, expected_mod_revision))
+        assert kv is not None
+        return kv
+
+    async def get_kv(
+        self, key: str, *, revision: int = 0, linearizable: bool = True
+    ) -> KeyValue | None:
+        return _kv(await self.call("kv", key, revision, linearizable))
+
+    async def range(
+        self,
+        prefix: str,
+        *,
+        limit: int = 0,
+        continue_token: str | None = None,
+        revision: int = 0,
+        linearizable: bool = True,
+    ) -> tuple[list[KeyValue], int, str | None]:
+        kvs, rev, token, _ = await self.call(
+            "range", prefix, limit, continue_token, revision, linearizable
+        )
+        return [k for k in map(_kv, kvs) if k is not None], rev, token
+
+    async def revision(self, *, linearizable: bool = True) -> int:
+        return int(await self.call("revision", linearizable))
+
+    async def compact(self, revision: int) -> None:
+        await self.call("compact", revision)
+
+    async def watch(
+        self, prefix: str, start_revision: int = 0
+    ) -> AsyncIterator[tuple[list[Event], int]]:
+        """Yield (events, revision) batches from `start_revision` (0 = from now) forever,
+        resuming on another server if the connection breaks; every event exactly once, in
+        order. Raises Compacted if the history needed was compacted (re-list, then watch)."""
+        if start_revision == 0:
+            start_revision = await self.revision() + 1
+        next_rev = start_revision
+        while True:
+            endpoint = self.endpoints[self._current % len(self.endpoints)]
+            try:
+                conn = await self._conn(endpoint)
+            except OSError:
+                self._current += 1
+                await trio.sleep(self.retry_delay)
+                continue
+            rid = next(self._rid)
+            send, recv = trio.open_memory_channel[tuple[str, Any]](10_000)
+            conn.streams[rid] = send
+            try:
+                async with conn.send_lock:
+                    await conn.stream.send_all(
+                        encode_frame(msgpack.packb([rid, "watch", [prefix, next_rev, False]]))
+                    )
+                async for status, value in recv:
+                    if status == "watch":
+                        events = [_event(e) for e in value[0]]
+                        # The response brings us up to its revision, events or not.
+                        next_rev = max(next_rev, value[1] + 1)
+                        yield events, value[1]
+                    elif status == "canceled" and value[0] and "compact" in value[0]:
+                        raise Compacted(value[0], value[1])
+                    else:
+                        break  # canceled for another reason: resume
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            finally:
+                conn.streams.pop(rid, None)
+            self._current += 1  # connection lost or watch ended: resume elsewhere
+            await trio.sleep(self.retry_delay)
 
     async def status(self, endpoint: str) -> dict[str, Any]:
         st = await self.call_once(endpoint, "status")
@@ -130,6 +272,10 @@ class KVClient:
                     raise Indeterminate(str(exc.detail)) from exc
                 else:
                     raise
+            except (NoQuorum, Unavailable) as exc:
+                if op not in READ_OPS and isinstance(exc, NoQuorum):
+                    raise Indeterminate(str(exc)) from exc
+                self._current += 1  # maybe this server lost quorum; try another
             except OSError:
                 self._current += 1  # could not connect: nothing was sent
             except Indeterminate:
@@ -186,5 +332,5 @@ class KVClient:
             raise Indeterminate(f"connection to {endpoint} lost after sending {op}")
         status, value = result
         if status != "ok":
-            raise RequestFailed(status, value)
+            raise _store_error(status, value) or RequestFailed(status, value)
         return value

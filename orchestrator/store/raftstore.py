@@ -1,0 +1,259 @@
+"""`RaftStore`: the `Store` interface over a Raft node whose state machine is the MVCC store.
+
+Writes are proposed through Raft (a follower forwards them to the leader) and return once
+applied here; failed commands raise their `StoreError`. Reads are linearizable by default: a
+ReadIndex barrier (the leader confirms with a quorum that it still leads), then a local read;
+`linearizable=False` reads the local copy at once (possibly stale; Kubernetes' resourceVersion
+"0"). Watches are served by the `WatchHub`, fed after every applied batch.
+
+Invariants: a request that cannot reach a quorum fails with `NoQuorum` after `quorum_timeout`
+instead of hanging; a retry happens only when the earlier attempt certainly had no effect (no
+leader, refused, or its log entry was overwritten). Only the leader compacts automatically; every
+server checkpoints its WAL.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import trio
+
+from ..raft.node import Busy, NotLeader, OutcomeUnknown, ProposalLost, RaftNode, ReadAborted
+from .api import ListResult, decode_continue, encode_continue
+from .mvcc import MVCCStore
+from .types import (
+    Compare,
+    Event,
+    KeyValue,
+    NoQuorum,
+    StoreError,
+    StoreStatus,
+    TxnOp,
+    TxnResult,
+    WriteResult,
+    encode_compact,
+    encode_create,
+    encode_delete,
+    encode_put,
+    encode_txn,
+)
+from .watch import Watcher, WatchHub
+
+log = logging.getLogger("orchestrator.store")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CompactionPolicy:
+    """etcd's --auto-compaction-mode/-retention: "periodic" keeps `retention` seconds of
+    history, "revision" keeps the last `retention` revisions. Checked every `interval` s."""
+
+    mode: str = "periodic"
+    retention: float = 300.0
+    interval: float = 30.0
+
+    @classmethod
+    def parse(cls, text: str) -> CompactionPolicy:
+        """'5m', '300s', '1h' (periodic) or '10000' (revisions); '0' disables."""
+        text = text.strip()
+        units = {"s": 1, "m": 60, "h": 3600}
+        if text and text[-1] in units:
+            seconds = float(text[:-1]) * units[text[-1]]
+            return cls("periodic", seconds, max(1.0, min(seconds / 10, 60.0)))
+        return cls("revision", float(int(text)), 30.0)
+
+
+class _History:
+    """The WatchHub's view of durable history (read on the state machine's thread)."""
+
+    def __init__(self, node: RaftNode, mvcc: MVCCStore) -> None:
+        self.node = node
+        self.mvcc = mvcc
+
+    async def events_since(self, revision: int, prefix: str, limit: int) -> list[Event]:
+        result: list[Event] = await self.node.read_state_machine(
+            self.mvcc.events_since, revision, prefix, limit
+        )
+        return result
+
+    def current_revision(self) -> int:
+        return self.mvcc.revision()
+
+    def compact_revision(self) -> int:
+        return self.mvcc.compact_revision()
+
+
+class RaftStore:
+    def __init__(
+        self,
+        node: RaftNode,
+        *,
+        quorum_timeout: float = 5.0,
+        compaction: CompactionPolicy | None = None,
+        checkpoint_interval: float = 30.0,
+    ) -> None:
+        self.node = node
+        self.quorum_timeout = quorum_timeout
+        self.compaction = compaction or CompactionPolicy()
+        self.checkpoint_interval = checkpoint_interval
+        self.mvcc: MVCCStore
+        self.hub: WatchHub
+        node.on_apply = self._on_apply
+
+    def _on_apply(self) -> None:
+        hub = getattr(self, "hub", None)
+        events = self.node.sm.take_events()  # type: ignore[attr-defined]  # an MVCCStore
+        if hub is not None:
+            hub.publish(events, self.mvcc.revision())
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.node.run)
+            sm = self.node.sm
+            assert isinstance(sm, MVCCStore)
+            self.mvcc = sm
+            self.hub = WatchHub(_History(self.node, sm))
+            await nursery.start(self.hub.run)
+            nursery.start_soon(self._auto_compact)
+            nursery.start_soon(self._checkpoint)
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self.hub.close("server shutting down")
+
+    # ------------------------------------------------------------------ helpers
+    async def _with_quorum(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run `attempt`, retrying while that is safe, for at most quorum_timeout seconds."""
+        delay = 0.01
+        with trio.move_on_after(self.quorum_timeout):
+            while True:
+                try:
+                    return await attempt()
+                except (NotLeader, Busy, ReadAborted, ProposalLost):
+                    pass  # certainly no effect: retry (a leader may be elected meanwhile)
+                except OutcomeUnknown as exc:
+                    raise NoQuorum(f"{what}: {exc}") from exc
+                await trio.sleep(delay)
+                delay = min(delay * 2, 0.2)
+        raise NoQuorum(
+            f"{what}: no quorum answered within {self.quorum_timeout:g}s"
+            + (" (the write may or may not have been applied)" if what != "read" else "")
+        )
+
+    async def _write(self, what: str, command: bytes) -> Any:
+        result = await self._with_quorum(what, lambda: self.node.propose(command))
+        error = getattr(result, "error", None)
+        if isinstance(error, StoreError):
+            raise error
+        return result
+
+    async def _read(self, linearizable: bool, fn: Callable[..., T], *args: Any) -> T:
+        if linearizable:
+            await self._with_quorum("read", self.node.read_barrier)
+        result: T = await self.node.read_state_machine(fn, *args)
+        return result
+
+    # ------------------------------------------------------------------ Store
+    async def create(self, key: str, value: bytes) -> KeyValue:
+        res: WriteResult = await self._write("create", encode_create(key, value))
+        assert res.kv is not None
+        return res.kv
+
+    async def update(
+        self, key: str, value: bytes, *, expected_mod_revision: int | None = None
+    ) -> KeyValue:
+        res: WriteResult = await self._write(
+            "update", encode_put(key, value, expected_mod_revision)
+        )
+        assert res.kv is not None
+        return res.kv
+
+    async def delete(self, key: str, *, expected_mod_revision: int | None = None) -> KeyValue:
+        res: WriteResult = await self._write("delete", encode_delete(key, expected_mod_revision))
+        assert res.prev_kv is not None
+        return res.prev_kv
+
+    async def txn(
+        self, compares: list[Compare], success: list[TxnOp], failure: list[TxnOp]
+    ) -> TxnResult:
+        res: TxnResult = await self._write("txn", encode_txn(compares, success, failure))
+        return res
+
+    async def get(
+        self, key: str, *, revision: int = 0, linearizable: bool = True
+    ) -> KeyValue | None:
+        return await self._read(linearizable, self.mvcc.get, key, revision)
+
+    async def list(
+        self,
+        prefix: str,
+        *,
+        limit: int = 0,
+        continue_token: str | None = None,
+        revision: int = 0,
+        linearizable: bool = True,
+    ) -> ListResult:
+        start_after = ""
+        if continue_token:
+            revision, start_after = decode_continue(continue_token)
+            linearizable = False  # the page is pinned to the first page's revision
+
+        def page() -> ListResult:
+            r = self.mvcc.range(prefix, start_after=start_after, limit=limit, revision=revision)
+            token = encode_continue(r.revision, r.kvs[-1].key) if r.more and r.kvs else None
+            return ListResult(r.kvs, r.revision, token, r.count - len(r.kvs) if r.more else 0)
+
+        return await self._read(linearizable, page)
+
+    def watch(
+        self, prefix: str, start_revision: int = 0, *, progress_notify: bool = False
+    ) -> Watcher:
+        return self.hub.watch(prefix, start_revision, progress_notify=progress_notify)
+
+    async def compact(self, revision: int) -> None:
+        await self._write("compact", encode_compact(revision))
+
+    async def current_revision(self, *, linearizable: bool = True) -> int:
+        return await self._read(linearizable, self.mvcc.revision)
+
+    async def status(self) -> StoreStatus:
+        result: StoreStatus = await self.node.read_state_machine(self.mvcc.status)
+        return result
+
+    # ------------------------------------------------------------------ upkeep
+    async def _auto_compact(self) -> None:
+        policy = self.compaction
+        if policy.retention <= 0:
+            return
+        samples: deque[tuple[float, int]] = deque()  # (time, revision), oldest first
+        while True:
+            await trio.sleep(policy.interval)
+            rev, compacted = self.mvcc.revision(), self.mvcc.compact_revision()
+            if policy.mode == "periodic":
+                now = time.monotonic()
+                samples.append((now, rev))
+                target = 0
+                while samples and samples[0][0] <= now - policy.retention:
+                    target = samples.popleft()[1]
+            else:
+                target = rev - math.floor(policy.retention)
+            if not self.node.is_leader or target <= max(compacted, 1):
+                continue
+            try:
+                await self.compact(target)
+                log.info("compacted history up to revision %d", target)
+            except StoreError as exc:
+                log.warning("automatic compaction to %d failed: %s", target, exc)
+
+    async def _checkpoint(self) -> None:
+        while True:
+            await trio.sleep(self.checkpoint_interval)
+            await self.node.read_state_machine(self.mvcc.maybe_checkpoint)

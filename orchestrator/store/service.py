@@ -1,0 +1,371 @@
+"""The client port of a server: framed msgpack requests against the replicated store.
+
+This is the interface the tests, the benchmarks and the `orchestrator kv|member|status`
+commands use (the Kubernetes API server, a later layer, calls the `Store` in-process). Wire
+format, one frame each (see `raft.framing`):
+
+    request:  [request_id, op, [args...]]
+    response: [request_id, status, value]
+
+status is "ok" (value = result), "not_leader" (value = [leader_id, leader_peer_addr] or nil),
+"lost" (the write was not committed), "unavailable" (value = reason: retry), "timeout" (no
+quorum answered in time: a write's outcome is unknown), "error" (a bad request), or a store
+error code ("exists", "not_found", "conflict", "compacted", "too_large", "no_space", ...;
+value = [message, current kv or compact revision]). A watch answers many times with status
+"watch" (value = [events, revision, progress]) until one final "canceled" (value = [reason,
+compact_revision]). A KeyValue travels as [key, value, create_revision, mod_revision, version];
+an Event as [type, kv, prev_kv].
+
+Invariants: a bad frame or an unknown op is answered with "error" (or, for an unreadable frame,
+the connection is closed) and changes nothing; "ok" for a write means it is committed and
+applied on this server; nothing a client sends can stop the server.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import suppress
+from typing import Any
+
+import msgpack
+import trio
+
+from ..raft.framing import FrameDecoder, FramingError, encode_frame
+from ..raft.node import (
+    Busy,
+    InvalidRequest,
+    NotLeader,
+    OutcomeUnknown,
+    ProposalLost,
+    RaftNode,
+    ReadAborted,
+    add_learner_change,
+    parse_addr,
+    promote_change,
+    remove_change,
+)
+from .raftstore import RaftStore
+from .types import (
+    Compacted,
+    Compare,
+    CompareTarget,
+    Conflict,
+    Event,
+    KeyNotFound,
+    KeyValue,
+    StoreError,
+    TxnOp,
+)
+
+log = logging.getLogger("orchestrator.store.service")
+
+MAX_CLIENT_FRAME = 4 << 20
+MAX_IN_FLIGHT_PER_CONN = 1024
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def _str(v: Any, what: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise BadRequest(f"{what} must be a non-empty string")
+    return v
+
+
+def _bytes(v: Any, what: str) -> bytes:
+    if not isinstance(v, bytes):
+        raise BadRequest(f"{what} must be bytes")
+    return v
+
+
+def _nonneg(v: Any, what: str) -> int:
+    if type(v) is not int or v < 0:
+        raise BadRequest(f"{what} must be a non-negative integer")
+    return v
+
+
+def _int(v: Any, what: str) -> int:
+    if type(v) is not int or v < 1:
+        raise BadRequest(f"{what} must be a positive integer")
+    return v
+
+
+def kv_wire(kv: KeyValue | None) -> list[Any] | None:
+    if kv is None:
+        return None
+    return [kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version]
+
+
+def event_wire(e: Event) -> list[Any]:
+    return [int(e.type), kv_wire(e.kv), kv_wire(e.prev_kv)]
+
+
+def _error_value(exc: StoreError) -> list[Any]:
+    if isinstance(exc, Conflict):
+        return [str(exc), kv_wire(exc.current)]
+    if isinstance(exc, Compacted):
+        return [str(exc), exc.compact_revision]
+    return [str(exc), None]
+
+
+class ClientService:
+    def __init__(self, store: RaftStore, listen: str, *, request_timeout: float = 10.0) -> None:
+        # Bounds a request when there is no quorum (the store gives up earlier, with NoQuorum).
+        self.request_timeout = request_timeout
+        self.store = store
+        self.node: RaftNode = store.node
+        self.listen = listen
+        self.port = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        host, port = parse_addr(self.listen)
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.port = listeners[0].socket.getsockname()[1]
+        log.info("node %d serving clients on %s:%d", self.node.id, host, self.port)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._serve, listeners)
+            task_status.started()
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        decoder = FrameDecoder(MAX_CLIENT_FRAME)
+        # Each request task holds a clone of the send side; the writer stops once the reader
+        # and every request task have closed theirs, so no answer is cut off.
+        send_q, recv_q = trio.open_memory_channel[bytes](MAX_IN_FLIGHT_PER_CONN)
+        limiter = trio.CapacityLimiter(MAX_IN_FLIGHT_PER_CONN)
+        try:
+            async with stream, trio.open_nursery() as nursery:
+                nursery.start_soon(self._writer, stream, recv_q)
+                async with send_q:
+                    while True:
+                        data = await stream.receive_some(65536)
+                        if not data:
+                            break
+                        for frame in decoder.receive_data(data):
+                            await limiter.acquire_on_behalf_of(frame)
+                            nursery.start_soon(self._handle, frame, send_q.clone(), limiter)
+        except* (OSError, trio.BrokenResourceError, trio.ClosedResourceError, FramingError) as eg:
+            log.debug("client connection closed: %s", eg.exceptions[0])
+        except* Exception:
+            # A bug in serving one connection must not take the server down.
+            log.exception("error while serving a client connection")
+
+    async def _writer(self, stream: trio.SocketStream, q: trio.MemoryReceiveChannel[bytes]) -> None:
+        async with q:
+            async for frame in q:
+                batch = [frame]
+                while True:
+                    try:
+                        batch.append(q.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                await stream.send_all(b"".join(batch))
+
+    async def _handle(
+        self, frame: bytes, q: trio.MemorySendChannel[bytes], limiter: trio.CapacityLimiter
+    ) -> None:
+        rid: Any = None
+        try:
+            try:
+                req = msgpack.unpackb(frame)
+                if not isinstance(req, list) or len(req) != 3 or not isinstance(req[2], list):
+                    raise BadRequest("a request is [id, op, [args]]")
+                rid, op, args = req
+                if op == "watch":
+                    await self._watch(rid, args, q)
+                    return
+                with trio.fail_after(self.request_timeout):
+                    status, value = "ok", await self._dispatch(op, args)
+            except StoreError as exc:
+                status, value = exc.code, _error_value(exc)
+            except BadRequest as exc:
+                status, value = "error", str(exc)
+            except (IndexError, TypeError):
+                status, value = "error", f"wrong arguments for {req[1]!r}"
+
+            except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError) as exc:
+                status, value = "error", f"malformed request: {exc}"
+            except NotLeader as exc:
+                status = "not_leader"
+                value = [exc.leader, exc.leader_addr] if exc.leader else None
+            except ProposalLost as exc:
+                status, value = "lost", str(exc)
+            except trio.TooSlowError:
+                # Writes: proposed but not seen committed in time; the outcome is unknown.
+                status = "timeout"
+                value = f"no quorum: no answer within {self.request_timeout:g}s (outcome unknown)"
+            except (ReadAborted, Busy) as exc:
+                status, value = "unavailable", str(exc)
+            except InvalidRequest as exc:
+                status, value = "error", str(exc)
+            except OutcomeUnknown as exc:
+                status, value = "timeout", str(exc)
+            # If the client went away or stopped reading, the answer is its loss.
+            with suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                q.send_nowait(encode_frame(msgpack.packb([rid, status, value])))
+        finally:
+            q.close()
+            limiter.release_on_behalf_of(frame)
+
+    def _faults(self, args: list[Any]) -> bool:
+        """Test hook (server started with --enable-fault-injection): this server's outbound
+        peer traffic obeys a partition; e.g. isolate the leader by telling every server."""
+        faults = self.node.cfg.faults
+        if faults is None:
+            raise BadRequest("fault injection is disabled on this server")
+        action = args[0] if args else None
+        if action == "heal":
+            faults.heal()
+        elif action == "isolate":
+            faults.isolate(_int(args[1], "node id"))
+        elif action == "partition":
+            groups = args[1]
+            if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
+                raise BadRequest("partition takes a list of lists of node ids")
+            faults.partition(*({_int(n, "node id") for n in g} for g in groups))
+        else:
+            raise BadRequest(f"unknown fault action {action!r}")
+        return True
+
+    async def _watch(self, rid: Any, args: list[Any], q: trio.MemorySendChannel[bytes]) -> None:
+        prefix = args[0] if args else ""
+        if not isinstance(prefix, str):
+            raise BadRequest("prefix must be a string")
+        start = args[1] if len(args) > 1 else 0
+        if type(start) is not int or start < 0:
+            raise BadRequest("start revision must be a non-negative integer")
+        progress = bool(args[2]) if len(args) > 2 else False
+        async with self.store.watch(prefix, start, progress_notify=progress) as watcher:
+            async for resp in watcher:
+                if resp.canceled:
+                    q.send_nowait(
+                        encode_frame(
+                            msgpack.packb(
+                                [rid, "canceled", [resp.cancel_reason, resp.compact_revision]]
+                            )
+                        )
+                    )
+                    return
+                frame = encode_frame(
+                    msgpack.packb(
+                        [
+                            rid,
+                            "watch",
+                            [[event_wire(e) for e in resp.events], resp.revision, resp.progress],
+                        ]
+                    )
+                )
+                try:
+                    q.send_nowait(frame)
+                except trio.WouldBlock:
+                    # The client does not read its answers: end the watch, it must re-list.
+                    q.send_nowait(
+                        encode_frame(msgpack.packb([rid, "canceled", ["client too slow", 0]]))
+                    )
+                    return
+
+    async def _dispatch(self, op: Any, args: list[Any]) -> Any:
+        store, node = self.store, self.node
+        # Key-value operations (compatible with the first client of this port).
+        if op == "put":
+            await store.update(_str(args[0], "key"), _bytes(args[1], "value"))
+            return True
+        if op == "cas":
+            key = _str(args[0], "key")
+            expected = None if args[1] is None else _bytes(args[1], "expected")
+            new = _bytes(args[2], "value")
+            if expected is None:
+                compare = Compare(key, CompareTarget.CREATE, "=", 0)
+            else:
+                compare = Compare(key, CompareTarget.VALUE, "=", expected)
+            return (await store.txn([compare], [TxnOp(key, new)], [])).succeeded
+        if op == "delete":
+            try:
+                await store.delete(_str(args[0], "key"))
+            except KeyNotFound:
+                return False
+            return True
+        if op == "get":
+            linearizable = len(args) < 2 or bool(args[1])
+            kv = await store.get(_str(args[0], "key"), linearizable=linearizable)
+            return None if kv is None else kv.value
+        # The store's own operations.
+        if op == "create":
+            return kv_wire(await store.create(_str(args[0], "key"), _bytes(args[1], "value")))
+        if op == "update":
+            guard = None if len(args) < 3 or args[2] is None else _nonneg(args[2], "revision")
+            kv = await store.update(
+                _str(args[0], "key"), _bytes(args[1], "value"), expected_mod_revision=guard
+            )
+            return kv_wire(kv)
+        if op == "remove_key":
+            guard = None if len(args) < 2 or args[1] is None else _nonneg(args[1], "revision")
+            return kv_wire(await store.delete(_str(args[0], "key"), expected_mod_revision=guard))
+        if op == "kv":
+            kv = await store.get(
+                _str(args[0], "key"),
+                revision=_nonneg(args[1], "revision"),
+                linearizable=bool(args[2]),
+            )
+            return kv_wire(kv)
+        if op == "range":
+            prefix = args[0]
+            if not isinstance(prefix, str):
+                raise BadRequest("prefix must be a string")
+            token = args[2]
+            if token is not None and not isinstance(token, str):
+                raise BadRequest("continue token must be a string")
+            res = await store.list(
+                prefix,
+                limit=_nonneg(args[1], "limit"),
+                continue_token=token,
+                revision=_nonneg(args[3], "revision"),
+                linearizable=bool(args[4]),
+            )
+            return [
+                [kv_wire(kv) for kv in res.kvs],
+                res.revision,
+                res.continue_token,
+                res.remaining,
+            ]
+        if op == "compact":
+            await store.compact(_int(args[0], "revision"))
+            return True
+        if op == "revision":
+            return await store.current_revision(linearizable=bool(args[0]) if args else True)
+        if op == "faults":
+            return self._faults(args)
+        if op == "status":
+            st = node.status()
+            ss = await store.status()
+            st.update(
+                revision=ss.revision,
+                compact_revision=ss.compact_revision,
+                db_bytes=ss.db_bytes,
+                wal_bytes=ss.wal_bytes,
+                keys=ss.keys,
+                raft_db_bytes=st["db_bytes"],
+                quota_bytes=ss.quota_bytes,
+            )
+            return st
+        if op == "add_learner":
+            addr = _str(args[1], "address")
+            try:
+                parse_addr(addr)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from exc
+            await node.change_membership(add_learner_change(_int(args[0], "node id"), addr))
+            return True
+        if op == "promote":
+            nid = _int(args[0], "node id")
+            if nid not in node.core.conf.learners:
+                raise BadRequest(f"node {nid} is not a learner: add it with add_learner first")
+            await node.change_membership(promote_change(nid))
+            return True
+        if op == "remove":
+            await node.change_membership(remove_change(_int(args[0], "node id")))
+            return True
+        if op == "transfer":
+            await node.transfer_leadership(_int(args[0], "node id"))
+            return True
+        raise BadRequest(f"unknown op {op!r}")
