@@ -6,6 +6,7 @@ Runs until cancelled or until SIGTERM/SIGINT, then shuts down cleanly (databases
 from __future__ import annotations
 
 import logging
+import secrets
 import signal
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,12 +23,50 @@ from .store.service import ClientService
 log = logging.getLogger("orchestrator.server")
 
 
+TOKEN_FILE = "token"
+NODE_ID_FILE = "node-id"
+JOIN_TIMEOUT = 60.0  # seconds a joining server keeps asking before it gives up
+
+
 @dataclass
 class ServerOptions:
     node: NodeConfig
     client_listen: str
+    token: str = ""
+    join_url: str | None = None  # client address of a member to ask for admission
     quota_bytes: int = DEFAULT_QUOTA_BYTES
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
+
+
+def node_identity(data_dir: Path, requested: int | None, *, joining: bool) -> int:
+    """This server's Raft id, fixed at its first start (ids must never change or be reused):
+    the requested one, else 1 for a founder or a random one for a server that joins."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / NODE_ID_FILE
+    if path.exists():
+        stored = int(path.read_text().strip())
+        if requested is not None and requested != stored:
+            raise ValueError(f"{data_dir} belongs to node {stored}, not {requested}")
+        return stored
+    nid = (
+        requested if requested is not None else (secrets.randbelow(2**31 - 2) + 2 if joining else 1)
+    )
+    path.write_text(f"{nid}\n")
+    return nid
+
+
+def cluster_token(data_dir: Path, given: str | None) -> str:
+    """The secret a server must present to join through this one: given, stored, or new."""
+    path = data_dir / TOKEN_FILE
+    if given:
+        token = given
+    elif path.exists():
+        return path.read_text().strip()
+    else:
+        token = "orch-" + secrets.token_hex(16)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token
 
 
 def open_store(data_dir: Path, *, quota_bytes: int) -> StateMachine:
@@ -39,7 +78,7 @@ class Server:
         self.opts = opts
         self.node = RaftNode(opts.node, partial(open_store, quota_bytes=opts.quota_bytes))
         self.store = RaftStore(self.node, compaction=opts.compaction)
-        self.service = ClientService(self.store, opts.client_listen)
+        self.service = ClientService(self.store, opts.client_listen, token=opts.token)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -51,7 +90,31 @@ class Server:
                 self.opts.node.peer_listen,
                 self.service.port,
             )
+            if self.opts.join_url is not None and not self.node.core.conf.members():
+                await self._join(self.opts.join_url)
             task_status.started()
+
+    async def _join(self, url: str) -> None:
+        """Ask a member to add us as a learner; the leader promotes us once we caught up."""
+        from .store.client import ClientError, StoreClient
+
+        if not url:
+            log.info("server %d waits to be added (member add-learner)", self.node.id)
+            return
+        endpoint = url.split("://", 1)[-1].rstrip("/")
+        advertise = self.opts.node.advertise or self.opts.node.peer_listen
+        with trio.fail_after(JOIN_TIMEOUT):
+            async with StoreClient([endpoint]) as client:
+                while True:
+                    try:
+                        await client.call("join", self.opts.token, self.node.id, advertise)
+                        break
+                    except (OSError, ClientError) as exc:
+                        if "token" in str(exc):
+                            raise PermissionError(f"join refused by {endpoint}: {exc}") from exc
+                        log.warning("join through %s failed (%s); retrying", endpoint, exc)
+                        await trio.sleep(1.0)
+        log.info("server %d joined through %s as learner %s", self.node.id, endpoint, advertise)
 
 
 async def serve_until_signalled(opts: ServerOptions) -> None:

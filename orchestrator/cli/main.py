@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import random
 import sys
 from collections.abc import Sequence
@@ -39,7 +40,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("server", help="run a server (Raft member + replicated store)")
     s.add_argument("--data-dir", type=Path, required=True, help="where the databases live")
-    s.add_argument("--node-id", type=int, default=1, help="this server's Raft id (>= 1)")
+    s.add_argument(
+        "--node-id", type=int, help="this server's Raft id (>= 1; default 1, random when joining)"
+    )
     s.add_argument("--peer-listen", default=DEFAULT_PEER, help="HOST:PORT for other servers")
     s.add_argument("--advertise", help="HOST:PORT other servers use to reach this one")
     s.add_argument("--client-listen", default=DEFAULT_CLIENT, help="HOST:PORT for clients")
@@ -50,8 +53,16 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--join",
-        action="store_true",
-        help="start empty and wait to be added with `member add-learner`",
+        metavar="URL",
+        nargs="?",
+        const="",
+        help="join the cluster of the server at URL (its client address); without URL, start "
+        "empty and wait for `member add-learner`",
+    )
+    s.add_argument(
+        "--token",
+        default=os.environ.get("ORCHESTRATOR_TOKEN"),
+        help="cluster join token (env ORCHESTRATOR_TOKEN); a new cluster makes one",
     )
     s.add_argument("--snapshot-every", type=int, default=10_000, help="entries between snapshots")
     s.add_argument("--keep-tail", type=int, default=5_000, help="entries kept after a snapshot")
@@ -111,18 +122,23 @@ def _build_parser() -> argparse.ArgumentParser:
 def _server(args: argparse.Namespace) -> int:
     from ..raft.node import NodeConfig
     from ..raft.transport import FaultInjector
-    from ..server import ServerOptions, serve_until_signalled
+    from ..server import ServerOptions, cluster_token, node_identity, serve_until_signalled
     from ..store.raftstore import CompactionPolicy
 
-    if args.node_id < 1:
+    if args.node_id is not None and args.node_id < 1:
         raise SystemExit("error: --node-id must be >= 1")
+    joining = args.join is not None
+    if joining and args.join and not args.token:
+        raise SystemExit("error: --join URL needs --token (or ORCHESTRATOR_TOKEN)")
+    node_id = node_identity(args.data_dir, args.node_id, joining=joining)
+    token = cluster_token(args.data_dir, args.token)
     founders: dict[int, str] = {}
-    if not args.join:
-        founders = args.initial_cluster or {args.node_id: args.advertise or args.peer_listen}
-        if args.node_id not in founders:
-            raise SystemExit(f"error: --initial-cluster does not name this server ({args.node_id})")
+    if not joining:
+        founders = args.initial_cluster or {node_id: args.advertise or args.peer_listen}
+        if node_id not in founders:
+            raise SystemExit(f"error: --initial-cluster does not name this server ({node_id})")
     node = NodeConfig(
-        node_id=args.node_id,
+        node_id=node_id,
         data_dir=args.data_dir,
         peer_listen=args.peer_listen,
         advertise=args.advertise,
@@ -140,9 +156,25 @@ def _server(args: argparse.Namespace) -> int:
             f"error: --auto-compaction {args.auto_compaction!r} is not like 5m or 10000"
         )
     opts = ServerOptions(
-        node, args.client_listen, quota_bytes=args.quota_bytes, compaction=compaction
+        node,
+        args.client_listen,
+        token=token,
+        join_url=args.join,
+        quota_bytes=args.quota_bytes,
+        compaction=compaction,
     )
-    trio.run(serve_until_signalled, opts)
+    print(f"node {node_id}; join token: {token}", file=sys.stderr, flush=True)
+    failure: BaseException | None = None
+    try:
+        trio.run(serve_until_signalled, opts)
+    except* (PermissionError, trio.TooSlowError) as eg:
+        failure = eg.exceptions[0]
+        while isinstance(failure, BaseExceptionGroup):  # nurseries nest groups
+            failure = failure.exceptions[0]
+    if failure is not None:
+        timed_out = isinstance(failure, trio.TooSlowError)
+        print(f"error: {'could not join in time' if timed_out else failure}", file=sys.stderr)
+        return 1
     return 0
 
 

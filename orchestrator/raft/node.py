@@ -151,13 +151,26 @@ class _Waiter:
         return self.value
 
 
-def _pack_snapshot(peers: dict[NodeId, str], sm_data: bytes) -> bytes:
-    return msgpack.packb([peers, sm_data])  # type: ignore[no-any-return]
+_PROMOTE_MARK = "#promote"  # in the persisted address book: a learner to promote when caught up
+
+
+def _book(peers: dict[NodeId, str], auto_promote: set[NodeId]) -> dict[NodeId, str]:
+    """The address book as persisted (storage, snapshots): addresses plus promotion marks."""
+    return {p: a + _PROMOTE_MARK if p in auto_promote else a for p, a in peers.items()}
+
+
+def _unbook(book: dict[NodeId, str]) -> tuple[dict[NodeId, str], set[NodeId]]:
+    peers = {p: a.removesuffix(_PROMOTE_MARK) for p, a in book.items()}
+    return peers, {p for p, a in book.items() if a.endswith(_PROMOTE_MARK)}
+
+
+def _pack_snapshot(book: dict[NodeId, str], sm_data: bytes) -> bytes:
+    return msgpack.packb([book, sm_data])  # type: ignore[no-any-return]
 
 
 def _unpack_snapshot(data: bytes) -> tuple[dict[NodeId, str], bytes]:
-    peers, sm_data = msgpack.unpackb(data, strict_map_key=False)
-    return {int(k): str(v) for k, v in peers.items()}, bytes(sm_data)
+    book, sm_data = msgpack.unpackb(data, strict_map_key=False)
+    return {int(k): str(v) for k, v in book.items()}, bytes(sm_data)
 
 
 class RaftNode:
@@ -195,6 +208,7 @@ class RaftNode:
         self._waiters: dict[int, _Waiter] = {}  # request id -> waiter
         self._by_index: dict[int, tuple[int, int]] = {}  # index -> (term, request id), leader only
         self._conf_waiters: dict[int, tuple[int, _Waiter]] = {}  # index -> (term, waiter)
+        self.auto_promote: set[NodeId] = set()  # learners to promote once caught up
         self._reads: dict[bytes, _Waiter] = {}  # read context -> waiter (before ReadState)
         self._read_waits: list[tuple[int, _Waiter]] = []  # (read index, waiter)
         self._ctx = itertools.count(1)
@@ -274,7 +288,7 @@ class RaftNode:
     async def _open(self) -> None:
         cfg = self.cfg
         state = await self._raft_db.run(self.storage.load)
-        self.peers = await self._raft_db.run(self.storage.load_peers)
+        self.peers, self.auto_promote = _unbook(await self._raft_db.run(self.storage.load_peers))
         hard_state, entries = state.hard_state, state.entries
         fresh = state.snapshot is None and not entries and hard_state.term == 0
         if fresh and cfg.founders:
@@ -286,11 +300,11 @@ class RaftNode:
             await self._raft_db.run(self.storage.save_peers, self.peers)
         if state.snapshot is not None:
             self._snapshot = state.snapshot
-            peers, sm_data = _unpack_snapshot(state.snapshot.data)
+            book, sm_data = _unpack_snapshot(state.snapshot.data)
             if await self._sm_db.run(self.sm.applied_index) < state.snapshot.meta.index:
                 # We crashed between persisting a received snapshot and installing it.
                 await self._sm_db.run(self.sm.restore, state.snapshot.meta.index, sm_data)
-                self.peers.update(peers)
+                self.peers, self.auto_promote = _unbook(book)
         applied = self._sm_applied = await self._sm_db.run(self.sm.applied_index)
         self.core = RaftCore(
             RaftConfig(
@@ -356,6 +370,7 @@ class RaftNode:
             if self._tick_pending:
                 self._tick_pending = False
                 core.tick()
+                self._maybe_promote()
             requests, self._requests = self._requests, []
             self._handle_requests(requests)
             while core.has_ready():
@@ -397,6 +412,22 @@ class RaftNode:
             err = self._refusal(exc)
             for rid in rids:
                 self._waiters.pop(rid).fail(err)
+
+    def _maybe_promote(self) -> None:
+        """As leader, promote one caught-up learner that joined asking for it (one membership
+        change at a time: the core refuses a second while one is pending)."""
+        core = self.core
+        if core.role is not Role.LEADER or not self.auto_promote:
+            return
+        for nid in sorted(self.auto_promote & core.conf.learners):
+            pr = core.prs.get(nid)
+            if pr is not None and pr.match >= core.log.committed:
+                try:
+                    core.propose_conf_change(promote_change(nid))
+                    log.info("node %d: promoting caught-up learner %d to voter", self.id, nid)
+                except ProposalDropped:
+                    pass  # another change is pending; try again next tick
+                return
 
     def _refusal(self, exc: ProposalDropped) -> RaftError:
         if isinstance(exc, InvalidChange):
@@ -441,10 +472,11 @@ class RaftNode:
         self._applied_event = trio.Event()
 
     async def _install_snapshot(self, snap: Snapshot) -> None:
-        peers, sm_data = _unpack_snapshot(snap.data)
+        book, sm_data = _unpack_snapshot(snap.data)
         await self._sm_db.run(self.sm.restore, snap.meta.index, sm_data)
         self._sm_applied = snap.meta.index
         self._snapshot = snap
+        peers, self.auto_promote = _unbook(book)
         peers[self.id] = self.peers[self.id]
         await self._set_peers(peers)
         # Whatever we proposed may be inside the snapshot or not: we cannot tell any more.
@@ -481,8 +513,15 @@ class RaftNode:
                 cc = ConfChange.decode(e.data)
                 if cc.type is ConfChangeType.REMOVE:
                     peers.pop(cc.node_id, None)
+                    self.auto_promote.discard(cc.node_id)
+                elif cc.type is ConfChangeType.ADD_VOTER:
+                    self.auto_promote.discard(cc.node_id)
                 elif cc.context:
-                    peers[cc.node_id] = cc.context.decode(errors="replace")
+                    addr, promote = member_context(cc.context)
+                    if addr is not None:
+                        peers[cc.node_id] = addr
+                    if promote:
+                        self.auto_promote.add(cc.node_id)
                 peers_changed = True
                 conf = self._conf_waiters.pop(e.index, None)
                 if conf is not None:
@@ -520,7 +559,7 @@ class RaftNode:
                 except ValueError as exc:
                     # Validated before proposing; a bad address in the log must not stop us.
                     log.error("node %d: member %d has an unusable address: %s", self.id, pid, exc)
-        await self._raft_db.run(self.storage.save_peers, peers)
+        await self._raft_db.run(self.storage.save_peers, _book(peers, self.auto_promote))
 
     def _release_reads(self) -> None:
         if not self._read_waits:
@@ -554,7 +593,7 @@ class RaftNode:
         if term is None:
             return
         meta = SnapshotMeta(index, term, core.conf)
-        snap = Snapshot(meta, _pack_snapshot(self.peers, sm_data))
+        snap = Snapshot(meta, _pack_snapshot(_book(self.peers, self.auto_promote), sm_data))
         upto = max(core.log.offset, index - self.cfg.keep_tail)
         await self._raft_db.run(self.storage.compact, snap, upto)
         core.compact(meta, upto)
@@ -563,8 +602,21 @@ class RaftNode:
         log.info("node %d: snapshot at %d, log compacted to %d", self.id, index, upto)
 
 
-def add_learner_change(node_id: NodeId, addr: str) -> ConfChange:
-    return ConfChange(ConfChangeType.ADD_LEARNER, node_id, addr.encode())
+def add_learner_change(node_id: NodeId, addr: str, *, auto_promote: bool = False) -> ConfChange:
+    """Add a learner reachable at `addr`; with auto_promote the leader makes it a voter once it
+    has caught up (how `server --join` grows a cluster)."""
+    context = msgpack.packb({"addr": addr, "promote": auto_promote})
+    return ConfChange(ConfChangeType.ADD_LEARNER, node_id, context)
+
+
+def member_context(context: bytes) -> tuple[str | None, bool]:
+    """(peer address, auto-promote) carried by a conf change; tolerant of garbage."""
+    try:
+        ctx = msgpack.unpackb(context)
+        addr = ctx.get("addr")
+        return (addr if isinstance(addr, str) else None), bool(ctx.get("promote"))
+    except Exception:  # a malformed context must not stop the apply loop
+        return None, False
 
 
 def promote_change(node_id: NodeId) -> ConfChange:

@@ -26,12 +26,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
-
-import msgpack
 
 from ..raft.core import RaftConfig, RaftCore, bootstrap
 from ..raft.types import (
@@ -49,7 +48,9 @@ from ..raft.types import (
     Snapshot,
     SnapshotMeta,
 )
+from ..store.types import Compacted as StoreCompacted
 from .linearizability import Operation, check_history
+from .machines import MVCCMachine, SimStateMachine
 
 TICK_MS = 100
 CLIENT_TIMEOUT_MS = 4000
@@ -59,68 +60,8 @@ class SimFailure(AssertionError):
     """A safety or liveness property was violated; the message names it."""
 
 
-# ---------------------------------------------------------------------------- state machine
-class MemoryKV:
-    """An in-memory key-value state machine with the same commands as the tests' clients."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.applied = 0
-
-    def applied_index(self) -> int:
-        return self.applied
-
-    def apply(self, entries: list[Entry]) -> list[object]:
-        out: list[object] = []
-        for e in entries:
-            if e.index <= self.applied:
-                out.append(None)
-                continue
-            if e.index != self.applied + 1:
-                raise SimFailure(f"state machine applied {e.index} after {self.applied}: a gap")
-            self.applied = e.index
-            out.append(self._exec(e.data) if e.type is EntryType.NORMAL and e.data else None)
-        return out
-
-    def _exec(self, data: bytes) -> object:
-        op, key, a, b, _op_id = msgpack.unpackb(data)
-        if op == "put":
-            self.data[key] = a
-            return True
-        if op == "delete":
-            return self.data.pop(key, None) is not None
-        if op == "cas":
-            if self.data.get(key) == a:
-                self.data[key] = b
-                return True
-            return False
-        raise SimFailure(f"unknown command {op!r}")
-
-    def get(self, key: str) -> bytes | None:
-        return self.data.get(key)
-
-    def snapshot(self) -> tuple[int, bytes]:
-        return self.applied, msgpack.packb(self.data)
-
-    def restore(self, index: int, data: bytes) -> None:
-        self.data = dict(msgpack.unpackb(data))
-        self.applied = index
-
-    def durable_copy(self) -> MemoryKV:
-        c = MemoryKV()
-        c.data, c.applied = dict(self.data), self.applied
-        return c
-
-    def digest(self) -> Any:
-        return sorted(self.data.items())
-
-
-StateMachineFactory = Callable[[], MemoryKV]
-
-
-def encode(op: str, key: str, a: bytes | None, b: bytes | None, op_id: int) -> bytes:
-    """A client command; the op id lets a server that forwarded it recognise it when applied."""
-    return msgpack.packb([op, key, a, b, op_id])  # type: ignore[no-any-return]
+StateMachineFactory = Callable[[], SimStateMachine]
+_ENVELOPE = struct.Struct("!Q")  # the client op id, so a forwarding server recognises its entry
 
 
 # ---------------------------------------------------------------------------- nodes
@@ -145,11 +86,10 @@ class SimNode:
         self.disk = Disk()
         if founders:
             self.disk.hard_state, self.disk.entries = bootstrap(founders)
-        self.sm_durable = sim.sm_factory()
+        self.sm = sim.sm_factory()
         self.alive = False
         self.removed = False
         self.core: RaftCore
-        self.sm: MemoryKV
         self.pending: dict[int, Pending] = {}  # index -> write waiting for apply
         self.forwarded: set[int] = set()  # op ids of writes forwarded to the leader
         self.reads: dict[bytes, int] = {}  # read context -> op id
@@ -158,7 +98,7 @@ class SimNode:
 
     def start(self) -> None:
         sim = self.sim
-        self.sm = self.sm_durable.durable_copy()
+        self.sm.open()
         snap = self.disk.snapshot
         if self.sm.applied_index() < snap.meta.index:
             # Crash between persisting a received snapshot and installing it.
@@ -179,6 +119,8 @@ class SimNode:
 
     def crash(self) -> None:
         self.alive = False
+        self.sm.close()
+        self.sim.watchers_lost_node(self)
         for op_id in [p.op_id for p in self.pending.values()] + list(self.forwarded):
             self.sim.op_indeterminate(op_id)
         self.forwarded.clear()
@@ -206,8 +148,11 @@ class SimNode:
             d.snapshot = rd.snapshot
             d.entries = []
         if rd.entries:
+            # The disk log is contiguous: truncate at the first new index, then append.
             first = rd.entries[0].index
-            d.entries = [e for e in d.entries if e.index < first] + list(rd.entries)
+            if d.entries:
+                del d.entries[max(0, first - d.entries[0].index) :]
+            d.entries.extend(rd.entries)
         if rd.hard_state is not None:
             d.hard_state = rd.hard_state
 
@@ -216,6 +161,8 @@ class SimNode:
         if rd.snapshot is not None:
             meta = rd.snapshot.meta
             self.sm.restore(meta.index, rd.snapshot.data)
+            self.sm.take_events()  # a restore produces no events; watchers resume from history
+            self.sim.watchers_resync(self)
             self.last_snapshot_index = meta.index
             sim.check_snapshot(self, meta.index, self.sm.digest())
             for idx in [i for i in self.pending if i <= meta.index]:
@@ -225,22 +172,29 @@ class SimNode:
                 sim.op_indeterminate(op_id)
             self.forwarded.clear()
         if rd.committed:
-            results = self.sm.apply(rd.committed)
-            for e, res in zip(rd.committed, results, strict=True):
+            # Strip the envelopes (op ids), as RaftNode does, before the state machine.
+            op_ids: list[int | None] = []
+            entries = []
+            for e in rd.committed:
+                if e.type is EntryType.NORMAL and e.data:
+                    op_ids.append(_ENVELOPE.unpack_from(e.data)[0])
+                    e = Entry(e.term, e.index, e.type, e.data[_ENVELOPE.size :])
+                else:
+                    op_ids.append(None)
+                entries.append(e)
+            results = self.sm.apply(entries)
+            sim.check_events(self, self.sm.take_events())
+            for e, res, fwd_id in zip(rd.committed, results, op_ids, strict=True):
                 sim.check_applied(self, e)
                 p = self.pending.pop(e.index, None)
                 if p is not None:
                     if p.term == e.term:
-                        sim.op_done(p.op_id, res)
+                        sim.op_done(p.op_id, self.sm.output(sim.ops[p.op_id].kind, res))
                     else:
                         sim.op_failed(p.op_id)
-                if self.forwarded and e.type is EntryType.NORMAL and e.data:
-                    op_id = msgpack.unpackb(e.data)[4]
-                    if op_id in self.forwarded:
-                        self.forwarded.discard(op_id)
-                        sim.op_done(op_id, res)
-        # Like the SQLite state machine: the applied index commits with the change.
-        self.sm_durable = self.sm.durable_copy()
+                if fwd_id is not None and fwd_id in self.forwarded:
+                    self.forwarded.discard(fwd_id)
+                    sim.op_done(fwd_id, self.sm.output(sim.ops[fwd_id].kind, res))
         for rs in rd.read_states:
             read_op = self.reads.pop(rs.context, None)
             if read_op is not None:
@@ -259,7 +213,7 @@ class SimNode:
         keep = []
         for idx, op_id in self.read_waits:
             if idx <= applied:
-                self.sim.op_done(op_id, self.sm.get(self.sim.ops[op_id].key))
+                self.sim.op_done(op_id, self.sm.read(self.sim.ops[op_id].key))
             else:
                 keep.append((idx, op_id))
         self.read_waits = keep
@@ -309,9 +263,35 @@ class _Op:
     state: str = "pending"  # pending | done | failed | indeterminate
 
 
+@dataclass
+class _SimWatcher:
+    """A client watch: attached to one server, resumes on another (from its next revision,
+    through the store's history) when that server crashes or installs a snapshot."""
+
+    id: int
+    node: NodeId
+    next_rev: int
+    start_rev: int
+    received: list[tuple[int, Any]] = field(default_factory=list)
+    segments: list[tuple[int, int]] = field(default_factory=list)  # closed (start, end) ranges
+
+
+def _event_key(e: Any) -> Any:
+    kv, prev = e.kv, e.prev_kv
+    return (
+        int(e.type),
+        kv.key,
+        kv.value,
+        kv.create_revision,
+        kv.mod_revision,
+        kv.version,
+        None if prev is None else (prev.value, prev.mod_revision),
+    )
+
+
 class Simulation:
     def __init__(
-        self, seed: int, *, sm_factory: StateMachineFactory = MemoryKV, verbose: bool = False
+        self, seed: int, *, sm_factory: StateMachineFactory = MVCCMachine, verbose: bool = False
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
@@ -340,6 +320,10 @@ class Simulation:
         self.snap_digests: dict[int, Any] = {}
         self.ops: list[_Op] = []
         self.leader_guess: dict[int, NodeId] = {}
+        # Watch model: the committed events by revision (every replica must produce the same),
+        # and watchers attached to servers that must see each revision once, in order.
+        self.events_by_rev: dict[int, list[Any]] = {}
+        self.watchers: list[_SimWatcher] = []
         self.n_events = 0
         self.log_lines: list[str] = []
         self.member_change: str | None = None  # what membership change is in progress
@@ -375,12 +359,15 @@ class Simulation:
         for c in range(self.n_clients):
             self.at(self.rng.randint(0, 500), partial(self._client_next, c))
         self.at(self.rng.randint(1000, 4000), self._nemesis)
+        for _ in range(self.rng.randint(0, 3)):
+            self.at(self.rng.randint(0, self.duration_ms // 2), self._start_watcher)
         self._run_until(self.duration_ms)
         self._heal_all()
         self._run_until(self.duration_ms + 15_000)
         self._check_converged()
         self._check_log_matching()
         self._check_linearizable()
+        self._check_watchers()
         done = sum(1 for o in self.ops if o.state == "done")
         indet = sum(1 for o in self.ops if o.state == "indeterminate")
         return SimResult(
@@ -554,6 +541,87 @@ class Simulation:
                 f"another applied {e.index}@{prev[0]}"
             )
 
+    def check_events(self, n: SimNode, events: list[Any]) -> None:
+        """Every replica must emit the same events for a revision; attached watchers get them."""
+        by_rev: dict[int, list[Any]] = {}
+        for e in events:
+            by_rev.setdefault(e.kv.mod_revision, []).append(_event_key(e))
+        for rev, evs in by_rev.items():
+            prev = self.events_by_rev.setdefault(rev, evs)
+            if prev != evs:
+                raise SimFailure(
+                    f"watch safety: node {n.id} emitted {evs} at revision {rev}, "
+                    f"another emitted {prev}"
+                )
+        for w in self.watchers:
+            if w.node == n.id:
+                for e in events:
+                    if e.kv.mod_revision >= w.next_rev:
+                        w.received.append((e.kv.mod_revision, _event_key(e)))
+                if events:
+                    w.next_rev = max(w.next_rev, events[-1].kv.mod_revision + 1)
+
+    def _attach(self, w: _SimWatcher) -> None:
+        """(Re)attach a watcher to a live server and catch up from its history."""
+        alive = self._alive()
+        if not alive:
+            w.node = 0
+            return
+        node = self.rng.choice(alive)
+        w.node = node.id
+        try:
+            events = node.sm.events_since(w.next_rev)
+        except StoreCompacted:
+            # The history it needs is gone: a real client re-lists and watches anew.
+            w.segments.append((w.start_rev, w.next_rev - 1))
+            w.start_rev = w.next_rev = node.sm.revision() + 1
+            self.log(f"watcher {w.id} restarted at {w.next_rev} (history compacted)")
+            return
+        for e in events:
+            w.received.append((e.kv.mod_revision, _event_key(e)))
+        if events:
+            w.next_rev = events[-1].kv.mod_revision + 1
+
+    def watchers_lost_node(self, n: SimNode) -> None:
+        for w in self.watchers:
+            if w.node == n.id:
+                self._attach(w)
+
+    def watchers_resync(self, n: SimNode) -> None:
+        # A snapshot install skips the events in between: resume those watchers from history.
+        for w in self.watchers:
+            if w.node == n.id:
+                self._attach(w)
+
+    def _start_watcher(self) -> None:
+        alive = self._alive()
+        if not alive or alive[0].sm.revision() == 0:
+            return  # no servers, or a state machine without revisions
+        node = self.rng.choice(alive)
+        rev = node.sm.revision()
+        start = self.rng.randint(max(1, rev - 20), rev + 1)
+        w = _SimWatcher(len(self.watchers), node.id, start, start)
+        self.watchers.append(w)
+        self._attach(w)
+
+    def _check_watchers(self) -> None:
+        for w in self.watchers:
+            if w.node == 0 or not self.nodes[w.node].alive:
+                self._attach(w)
+            w.segments.append((w.start_rev, w.next_rev - 1))
+            expected: list[tuple[int, Any]] = []
+            for lo, hi in w.segments:
+                for rev in range(max(lo, 2), hi + 1):
+                    if rev not in self.events_by_rev:
+                        raise SimFailure(f"watch: revision {rev} was never applied anywhere")
+                    expected.extend((rev, ev) for ev in self.events_by_rev[rev])
+            if w.received != expected:
+                got = [r for r, _ in w.received]
+                want = [r for r, _ in expected]
+                raise SimFailure(
+                    f"watch: watcher {w.id} saw revisions {got[:50]}... expected {want[:50]}..."
+                )
+
     def check_snapshot(self, n: SimNode, index: int, digest: Any) -> None:
         prev = self.snap_digests.setdefault(index, digest)
         if prev != digest:
@@ -655,12 +723,8 @@ class Simulation:
                 node.core.read_index(ctx)
                 node.reads[ctx] = op_id
             else:
-                data = encode(
-                    kind,
-                    key,
-                    expected if kind == "cas" else value,
-                    value if kind == "cas" else None,
-                    op_id,
+                data = _ENVELOPE.pack(op_id) + node.sm.command(
+                    kind, key, value if kind != "delete" else None, expected
                 )
                 if node.core.role is not Role.LEADER and r.random() < 0.5:
                     node.core.forward([data])  # like RaftNode on a follower
@@ -709,7 +773,7 @@ class Simulation:
 
 
 def run_seed(
-    seed: int, *, verbose: bool = False, sm_factory: StateMachineFactory = MemoryKV
+    seed: int, *, verbose: bool = False, sm_factory: StateMachineFactory = MVCCMachine
 ) -> SimResult:
     """Run one seed; raises SimFailure (with the tail of the event log) on a violation."""
     sim = Simulation(seed, sm_factory=sm_factory, verbose=verbose)
@@ -718,3 +782,6 @@ def run_seed(
     except SimFailure as exc:
         tail = "\n".join(sim.log_lines[-30:])
         raise SimFailure(f"seed {seed}: {exc}\n--- last events ---\n{tail}") from exc
+    finally:
+        for n in sim.nodes.values():
+            n.sm.dispose()

@@ -52,8 +52,18 @@ class Indeterminate(ClientError):
 
 _STORE_ERRORS: dict[str, type[StoreError]] = {
     cls.code: cls
-    for cls in (KeyExists, KeyNotFound, Conflict, Compacted, FutureRevision, TooLarge,
-                InvalidRequest, QuotaExceeded, NoQuorum, Unavailable)
+    for cls in (
+        KeyExists,
+        KeyNotFound,
+        Conflict,
+        Compacted,
+        FutureRevision,
+        TooLarge,
+        InvalidRequest,
+        QuotaExceeded,
+        NoQuorum,
+        Unavailable,
+    )
 }
 
 

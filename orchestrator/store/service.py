@@ -23,6 +23,7 @@ applied on this server; nothing a client sends can stop the server.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from contextlib import suppress
 from typing import Any
@@ -110,7 +111,10 @@ def _error_value(exc: StoreError) -> list[Any]:
 
 
 class ClientService:
-    def __init__(self, store: RaftStore, listen: str, *, request_timeout: float = 10.0) -> None:
+    def __init__(
+        self, store: RaftStore, listen: str, *, token: str = "", request_timeout: float = 10.0
+    ) -> None:
+        self.token = token  # a joining server must present it
         # Bounds a request when there is no quorum (the store gives up earlier, with NoQuorum).
         self.request_timeout = request_timeout
         self.store = store
@@ -333,6 +337,22 @@ class ClientService:
             return True
         if op == "revision":
             return await store.current_revision(linearizable=bool(args[0]) if args else True)
+        if op == "join":
+            token, nid, addr = args[0], _int(args[1], "node id"), _str(args[2], "address")
+            if (
+                not self.token
+                or not isinstance(token, str)
+                or not hmac.compare_digest(token.encode(), self.token.encode())
+            ):
+                raise BadRequest("join refused: wrong token")
+            try:
+                parse_addr(addr)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from exc
+            if nid in node.core.conf.members():
+                return True  # already a member (a retried join)
+            await node.change_membership(add_learner_change(nid, addr, auto_promote=True))
+            return True
         if op == "faults":
             return self._faults(args)
         if op == "status":

@@ -26,10 +26,14 @@ again, and events published while `events_since` was awaited are simply found in
 
 A replay batch is trusted only up to `H0`, the hub's revision *before* the `events_since` call
 (everything published up to `H0` was already applied, hence visible to the query; later
-revisions may or may not be in its answer). A full batch (`limit` events) may end in the middle
-of a revision, so its last revision is held back and re-read by the next batch; a full batch of
-one single revision is re-read with a doubled limit. Nothing in a replay batch above `H0` is
-used: it will come from the ring or from the next batch.
+revisions may or may not be in its answer), and nothing above `H0` in it is used: it comes from
+the ring or the next batch. Two kinds of source are handled (see `HistorySource.events_since`):
+one that cuts the last revision short when exactly `limit` events come back, and one that only
+returns whole revisions (possibly fewer than `limit` events with more to come, or more than
+`limit` when one revision is bigger). So: an empty answer, or one reaching past `H0`, means
+"complete up to `H0`"; a full answer (`limit` events or more) is trusted below its last
+revision, which is read again (a full answer of one single revision is re-read with a doubled
+limit); a shorter answer is trusted up to its last revision and the next read starts after it.
 
 Invariants
 ----------
@@ -87,9 +91,12 @@ class HistorySource(Protocol):
 
     async def events_since(self, revision: int, prefix: str, limit: int) -> list[Event]:
         """Events with `revision >= revision` whose key starts with `prefix`, in revision order
-        (and the publish order within a revision), at most `limit` of them (the last revision
-        returned may be incomplete when exactly `limit` events come back). Raises `Compacted`
-        if `revision <= compact_revision()`."""
+        (and the publish order within a revision), oldest first, about `limit` of them: either
+        a prefix of that sequence cut at exactly `limit` events (possibly in the middle of a
+        revision), or whole revisions only (fewer than `limit` when the next revision does not
+        fit, more when the first revision alone is bigger). An empty list means there is none
+        up to the current revision. Raises `Compacted` if `revision <= compact_revision()`.
+        `MVCCStore.events_since` is of the second kind."""
         ...
 
     def current_revision(self) -> int: ...
@@ -268,18 +275,21 @@ class Watcher:
                 return None
             if self.canceled:
                 return None
-            if batch and _rev(batch[-1]) < start:
+            if not batch or _rev(batch[-1]) > h0:
+                end = h0 + 1  # nothing more, or the batch runs past h0: complete up to h0
+            elif _rev(batch[-1]) < start:
                 raise RuntimeError(
                     f"history source returned revision {_rev(batch[-1])} for a read from "
-                    f"revision {start}"
-                )
-            if len(batch) >= limit and _rev(batch[-1]) <= h0:
+                    f"revision {start}")
+            elif len(batch) >= limit:
                 end = _rev(batch[-1])  # exclusive: that revision may be cut short
-                if end <= start:  # one revision larger than the batch: read it whole
+                if end <= start:  # one revision as big as the batch: read it whole
                     limit *= 2
                     continue
             else:
-                end = h0 + 1
+                # Whole revisions up to the last one; a source that never splits a revision
+                # may stop short of `limit` with more to come, so ask again from there.
+                end = _rev(batch[-1]) + 1
             break
         prefix = self.prefix
         events = [e for e in batch if start <= _rev(e) < end and e.kv.key.startswith(prefix)]
@@ -464,7 +474,7 @@ class WatchHub:
                 if group is None:
                     continue
                 for w in group:
-                    if True:
+                    if r >= w._next_rev:
                         batch = deliveries.get(w)
                         if batch is None:
                             deliveries[w] = [e]

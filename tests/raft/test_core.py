@@ -6,9 +6,15 @@ threads, no clocks, seeded randomness only. The whole-cluster randomized simulat
 check-quorum and the leader lease, replication and the §5.4.2 commit rule, fast back-off, flow
 control, snapshots, membership changes, ReadIndex, leadership transfer, membership filtering of
 senders, restart from persisted state).
+
+Tests named `test_bug_*` reproduce core bugs found while writing these tests; they are marked
+`xfail(strict=True)` (their docstrings give the scenario) and turn into failures once fixed, as a
+reminder to drop the marker. `pytest --runxfail -k bug` shows them failing.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 from harness import Cluster, StateMachine, describe_status, entries_of
@@ -31,12 +37,17 @@ from orchestrator.raft.types import (
 ELECTION = 10  # RaftConfig.election_tick default
 
 
-def elected(n: int = 3, leader: NodeId = 1, **config: object) -> Cluster:
+def elected(n: int = 3, leader: NodeId = 1, **config: Any) -> Cluster:
     """A cluster of n founders where `leader` won term 2 and everything is delivered."""
-    c = Cluster(n, **config)  # type: ignore[arg-type]
+    c = Cluster(n, **config)
     c.elect(leader)
     c.deliver_all()
     return c
+
+
+def role(c: Cluster, nid: NodeId) -> Role:
+    """The node's role now (a call, so type checkers do not carry narrowing across steps)."""
+    return c[nid].role
 
 
 def sent_since(c: Cluster, start: int, **match: object) -> list[Message]:
@@ -78,7 +89,7 @@ def test_three_node_election() -> None:
     for nid in (1, 2, 3):
         core = c[nid]
         assert (core.term, core.lead, core.vote, core.log.committed) == (2, 1, 1, 4)
-    assert c[1].role is Role.LEADER
+    assert role(c, 1) is Role.LEADER
     assert c[2].role is c[3].role is Role.FOLLOWER
 
 
@@ -186,7 +197,7 @@ def test_check_quorum_isolated_leader_steps_down() -> None:
     c.tick(1, ELECTION)
     assert c[1].role is Role.LEADER  # active in the previous election timeout
     out = c.tick(1, ELECTION)
-    assert c[1].role is Role.FOLLOWER
+    assert role(c, 1) is Role.FOLLOWER
     assert c[1].lead == 0
     assert c[1].term == 2
     assert "1 note: stepping down at term 2: quorum not heard from" in out
@@ -739,6 +750,37 @@ def test_bug_partitioned_voter_misses_replace_and_cluster_never_recovers() -> No
         c.deliver_all()
     assert c.leader() in (2, 3)  # fails: None
     c.propose(c.leader() or 2, b"recovered")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="CORE BUG (core.py _accept_sender): a new voter that has not replicated the log "
+    "yet knows no members and drops every (PRE_)VOTE; if the leader loses leadership before "
+    "the new voter caught up, the pair {1, 2} can never elect a leader again",
+)
+def test_bug_new_voter_with_empty_log_drops_votes_forever() -> None:
+    """CORE BUG reproduction. `ADD_VOTER` of a brand-new node is accepted by
+    `propose_conf_change`; in a one-voter cluster it commits at once, making {1, 2} the
+    voters while 2 has an empty log and no membership. If 1 stops leading before 2 has
+    replicated anything (here: messages to 2 are lost, then 1 restarts), 1 needs 2's vote,
+    and 2 drops every request: `_accept_sender` accepts only APP/HEARTBEAT/SNAP when the
+    receiver knows no members ("dropped PRE_VOTE from non-member 1"). 2 cannot campaign (not
+    a voter in its own, empty, view): no leader, ever. (Before the current working-tree
+    change, `_accept_sender` accepted any sender when `members` was empty.)"""
+    c = Cluster(1, joiners=[2])
+    c.campaign(1)
+    c.block(1, 2)
+    c.conf_change(1, ConfChangeType.ADD_VOTER, 2)
+    c.deliver_all()
+    assert sorted(c[1].conf.voters) == [1, 2]
+    c.crash(1)
+    c.restart(1)
+    c.heal()
+    for _ in range(30 * ELECTION):
+        c[1].tick()
+        c[2].tick()
+        c.deliver_all()
+    assert c.leader() == 1  # fails: None; 2 logs "dropped PRE_VOTE from non-member 1"
 
 
 def test_second_conf_change_refused_while_one_is_pending() -> None:

@@ -132,12 +132,12 @@ class Interpreter:
             "conf": self.cmd_conf,
             "deliver": self.cmd_deliver,
             "partition": self.cmd_partition,
-            "isolate": lambda a: self._ok(self.c.isolate(_int(a[0]))),
+            "isolate": lambda a: self._do(lambda: self.c.isolate(_int(a[0]))),
             "block": self.cmd_block,
-            "heal": lambda a: self._ok(self.c.heal()),
-            "crash": lambda a: self._ok(self.c.crash(_int(a[0]))),
+            "heal": lambda a: self._do(self.c.heal),
+            "crash": lambda a: self._do(lambda: self.c.crash(_int(a[0]))),
             "restart": self.cmd_restart,
-            "add-node": lambda a: self._ok(self.c.add_node(_int(a[0]))),
+            "add-node": lambda a: self._do(lambda: self.c.add_node(_int(a[0]))),
             "compact": self.cmd_compact,
             "status": self.cmd_status,
             "log": self.cmd_log,
@@ -150,7 +150,8 @@ class Interpreter:
         return self._c
 
     @staticmethod
-    def _ok(_: object) -> list[str]:
+    def _do(fn: Callable[[], object]) -> list[str]:
+        fn()
         return []
 
     @staticmethod

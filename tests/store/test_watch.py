@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.store.types import Compacted, Event, EventType, KeyValue
-from orchestrator.store.watch import WatchHub, Watcher, WatchResponse
+from orchestrator.store.watch import Watcher, WatchHub, WatchResponse
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -34,9 +34,15 @@ def rev(e: Event) -> int:
 
 
 class FakeStore:
-    """Committed history + compaction point (a `HistorySource`) wired to a `WatchHub`."""
+    """Committed history + compaction point (a `HistorySource`) wired to a `WatchHub`.
 
-    def __init__(self, **hub_kwargs: Any) -> None:
+    `events_since` answers either like a plain `LIMIT` query (cut at exactly `limit` events,
+    possibly inside a revision) or, with `whole_revisions=True`, like `MVCCStore.events_since`
+    (whole revisions only: fewer than `limit` when the next revision does not fit, more when the
+    first one alone is bigger)."""
+
+    def __init__(self, *, whole_revisions: bool = False, **hub_kwargs: Any) -> None:
+        self.whole_revisions = whole_revisions
         self.history: list[Event] = []
         self.rev = 0
         self.compacted = 0
@@ -60,8 +66,20 @@ class FakeStore:
     def _snapshot(self, revision: int, prefix: str, limit: int) -> list[Event]:
         if revision <= self.compacted:
             raise Compacted("required revision has been compacted", self.compacted)
-        return [e for e in self.history
-                if rev(e) >= revision and e.kv.key.startswith(prefix)][:limit]
+        matching = [e for e in self.history if rev(e) >= revision and e.kv.key.startswith(prefix)]
+        if not self.whole_revisions:
+            return matching[:limit]
+        out: list[Event] = []
+        i = 0
+        while i < len(matching):
+            j = i
+            while j < len(matching) and rev(matching[j]) == rev(matching[i]):
+                j += 1
+            if out and len(out) + j - i > limit:
+                break
+            out += matching[i:j]
+            i = j
+        return out
 
     def current_revision(self) -> int:
         return self.rev
@@ -154,7 +172,8 @@ async def test_watch_from_now_receives_live_events() -> None:
             r = await next_response(w)
             assert [e.kv.key for e in r.events] == ["/a/1", "/a/2", "/a/3"]
             assert r.revision == store.rev == 4
-            assert not r.progress and not r.canceled
+            assert not r.progress
+            assert not r.canceled
             responses = [r, *await read_until_progress(w)]
             assert responses[-1] == WatchResponse([], 4, progress=True)
             check_responses(responses, store.expected("/a/", 2))
@@ -180,9 +199,10 @@ async def test_watch_from_ring() -> None:
         w.cancel()
 
 
-async def test_replay_from_durable_history_in_batches() -> None:
+@pytest.mark.parametrize("whole_revisions", [False, True])
+async def test_replay_from_durable_history_in_batches(whole_revisions: bool) -> None:
     """(b) older than the ring: replayed from the history in `replay_batch` batches, then live."""
-    store = FakeStore(ring_size=4, replay_batch=3)
+    store = FakeStore(ring_size=4, replay_batch=3, whole_revisions=whole_revisions)
     for i in range(20):
         store.put(f"/a/{i % 5}")
     stats = store.hub.statistics()
@@ -204,10 +224,11 @@ async def test_replay_from_durable_history_in_batches() -> None:
         w.cancel()
 
 
-async def test_replay_races_with_concurrent_publishes() -> None:
+@pytest.mark.parametrize("whole_revisions", [False, True])
+async def test_replay_races_with_concurrent_publishes(whole_revisions: bool) -> None:
     """Events published while `events_since` is awaited (before or after its snapshot) are
     delivered exactly once, even when the ring rolls over during the replay."""
-    store = FakeStore(ring_size=2, replay_batch=2)
+    store = FakeStore(ring_size=2, replay_batch=2, whole_revisions=whole_revisions)
     for i in range(10):
         store.put(f"/a/{i}")
     n = 0
@@ -231,10 +252,12 @@ async def test_replay_races_with_concurrent_publishes() -> None:
         w.cancel()
 
 
-async def test_replay_batch_boundary_inside_a_revision() -> None:
+@pytest.mark.parametrize("whole_revisions", [False, True])
+async def test_replay_batch_boundary_inside_a_revision(whole_revisions: bool) -> None:
     """A full batch may end in the middle of a revision (one txn = several events at one
-    revision); a revision bigger than the batch is read whole."""
-    store = FakeStore(ring_size=0, replay_batch=3)
+    revision), or stop short of `limit` at a revision boundary with more to come; a revision
+    bigger than the batch is read whole. Responses never split a revision."""
+    store = FakeStore(ring_size=0, replay_batch=3, whole_revisions=whole_revisions)
     store.commit([("/a/1", b"1"), ("/a/2", b"2")])
     store.commit([("/a/3", b"3"), ("/a/4", b"4")])
     store.commit([(f"/a/big{i}", b"x") for i in range(7)])
@@ -288,7 +311,8 @@ async def test_prev_kv_can_be_left_out() -> None:
         store.put("/a", b"2")
         r1 = await next_response(with_prev)
         r2 = await next_response(without)
-        assert r1.events[0].prev_kv is not None and r1.events[0].prev_kv.value == b"1"
+        assert r1.events[0].prev_kv is not None
+        assert r1.events[0].prev_kv.value == b"1"
         assert r2.events[0].prev_kv is None
         assert r2.events[0].kv == r1.events[0].kv
         store.hub.close()
@@ -306,7 +330,9 @@ async def test_start_at_or_below_compaction_is_canceled() -> None:
             responses = [r async for r in w]
             assert len(responses) == 1
             r = responses[0]
-            assert r.canceled and r.cancel_reason == "compacted" and r.compact_revision == 6
+            assert r.canceled
+            assert r.cancel_reason == "compacted"
+            assert r.compact_revision == 6
             assert r.events == []
         # just above the compaction revision is fine, even though the ring covers less
         w = store.hub.watch("/a/", 7)
@@ -336,8 +362,9 @@ async def test_compaction_during_replay() -> None:
     assert store.hub.statistics()["watchers"] == 0
 
 
-async def test_compaction_between_replay_batches() -> None:
-    store = FakeStore(ring_size=2, replay_batch=4)
+@pytest.mark.parametrize("whole_revisions", [False, True])
+async def test_compaction_between_replay_batches(whole_revisions: bool) -> None:
+    store = FakeStore(ring_size=2, replay_batch=4, whole_revisions=whole_revisions)
     for i in range(20):
         store.put(f"/a/{i}")
     with trio.fail_after(5):
@@ -348,8 +375,10 @@ async def test_compaction_between_replay_batches() -> None:
         responses = [first, *[r async for r in w]]
         check_responses(responses, store.expected("/a/", 1))
         last = responses[-1]
-        assert last.canceled and last.cancel_reason == "compacted"
-        assert last.compact_revision == 6 and last.revision == 3
+        assert last.canceled
+        assert last.cancel_reason == "compacted"
+        assert last.compact_revision == 6
+        assert last.revision == 3
 
 
 async def test_compaction_does_not_affect_caught_up_watchers() -> None:
@@ -362,7 +391,8 @@ async def test_compaction_does_not_affect_caught_up_watchers() -> None:
         store.compact(10)
         store.put("/a/after")
         r = await next_response(w)
-        assert [rev(e) for e in r.events] == [11] and not r.canceled
+        assert [rev(e) for e in r.events] == [11]
+        assert not r.canceled
         w.cancel()
 
 
@@ -385,7 +415,8 @@ async def test_slow_consumer_is_canceled_not_buffered() -> None:
         with pytest.raises(StopAsyncIteration):
             await next_response(slow)
         stats = store.hub.statistics()
-        assert stats["cancelled_slow"] == 1 and stats["watchers"] == 1
+        assert stats["cancelled_slow"] == 1
+        assert stats["watchers"] == 1
         # the fast one is unaffected
         r = await next_response(fast)
         assert [e.kv.key for e in r.events] == ["/a/5"]
@@ -495,7 +526,8 @@ async def test_progress_waits_until_a_replaying_watcher_caught_up() -> None:
                 break
         got = check_responses(responses, store.expected("/a/", 1))
         assert len(got) == 7
-        assert not any(r.progress for r in responses[:-1]) and responses[-1].progress
+        assert not any(r.progress for r in responses[:-1])
+        assert responses[-1].progress
         assert responses[-1].revision == 7
         w.cancel()
 
@@ -521,7 +553,8 @@ async def test_periodic_progress_notifications(autojump_clock: trio.testing.Mock
             assert scope.cancelled_caught
             store.hub.close("bye")
             r = await next_response(notified)
-            assert r.canceled and r.cancel_reason == "bye"
+            assert r.canceled
+            assert r.cancel_reason == "bye"
         # run() returned by itself once the hub closed
 
 
@@ -654,8 +687,8 @@ class GatedStore(FakeStore):
     """`events_since` stops twice (before and after its snapshot) until the test lets it go,
     so publishes, compactions and reads interleave with replays in every order."""
 
-    def __init__(self, **hub_kwargs: Any) -> None:
-        super().__init__(**hub_kwargs)
+    def __init__(self, *, whole_revisions: bool, **hub_kwargs: Any) -> None:
+        super().__init__(whole_revisions=whole_revisions, **hub_kwargs)
         self.gates: list[trio.Event] = []
         self.auto = False
 
@@ -693,9 +726,11 @@ ops_strategy = st.lists(
 )
 
 
-async def run_scenario(ring_size: int, buffer_limit: int, replay_batch: int, prefill: int,
-                       ops: list[tuple[str, int, int]]) -> tuple[GatedStore, list[Tracked]]:
-    store = GatedStore(ring_size=ring_size, buffer_limit=buffer_limit, replay_batch=replay_batch)
+async def run_scenario(ring_size: int, buffer_limit: int, replay_batch: int,
+                       whole_revisions: bool, prefill: int, ops: list[tuple[str, int, int]],
+                       ) -> tuple[GatedStore, list[Tracked]]:
+    store = GatedStore(ring_size=ring_size, buffer_limit=buffer_limit, replay_batch=replay_batch,
+                       whole_revisions=whole_revisions)
     hub = store.hub
     tracked: list[Tracked] = []
 
@@ -763,12 +798,14 @@ async def run_scenario(ring_size: int, buffer_limit: int, replay_batch: int, pre
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ring_size=st.integers(0, 6), buffer_limit=st.integers(1, 6),
-       replay_batch=st.integers(1, 4), prefill=st.integers(0, 12), ops=ops_strategy)
+       replay_batch=st.integers(1, 4), whole_revisions=st.booleans(),
+       prefill=st.integers(0, 12), ops=ops_strategy)
 def test_random_interleavings_deliver_exact_history(
-    ring_size: int, buffer_limit: int, replay_batch: int, prefill: int,
+    ring_size: int, buffer_limit: int, replay_batch: int, whole_revisions: bool, prefill: int,
     ops: list[tuple[str, int, int]],
 ) -> None:
-    store, tracked = trio.run(run_scenario, ring_size, buffer_limit, replay_batch, prefill, ops)
+    store, tracked = trio.run(run_scenario, ring_size, buffer_limit, replay_batch,
+                              whole_revisions, prefill, ops)
     active = 0
     for t in tracked:
         assert t.done
@@ -783,7 +820,9 @@ def test_random_interleavings_deliver_exact_history(
                 assert last.cancel_reason.startswith("watcher too slow:")
         elif not t.owner_canceled:
             assert got == expected
-            assert last is not None and last.progress and last.revision == store.rev
+            assert last is not None
+            assert last.progress
+            assert last.revision == store.rev
             active += 1
     stats = store.hub.statistics()
     assert stats["watchers"] == active
