@@ -378,10 +378,13 @@ class RaftCore:
         if m.frm == self.id or m.to != self.id:
             self.notes.append(f"dropped {m.type.name} from {m.frm} to {m.to}: misaddressed")
             return False
-        if m.frm in members:
+        # A server that is joining knows no members yet: it learns them from the leader (and
+        # may be asked for its vote, if it was added as a voter straight away).
+        if m.frm in members or not members:
             return True
-        # A server that is joining knows no members yet: it learns them from the leader.
-        if not members and m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP):
+        # A member added by a change we hold but have not seen committed (we were cut off)
+        # may be campaigning legitimately: refusing it could leave the cluster leaderless.
+        if m.type in (MsgType.VOTE, MsgType.PRE_VOTE) and m.frm in self._pending_members():
             return True
         # Anything else from a non-member is dropped, so an outsider can neither disrupt us with
         # a high term nor claim leadership. (The price: a follower that lags behind the entry
@@ -389,6 +392,14 @@ class RaftCore:
         # knows; peers authenticate each other in a later layer.)
         self.notes.append(f"dropped {m.type.name} from non-member {m.frm}")
         return False
+
+    def _pending_members(self) -> set[NodeId]:
+        log = self.log
+        return {
+            ConfChange.decode(e.data).node_id
+            for e in log.entries[log.committed - log.offset :]
+            if e.type is EntryType.CONF_CHANGE
+        }
 
     def _handle_vote_request(self, m: Message) -> None:
         pre = m.type is MsgType.PRE_VOTE

@@ -127,6 +127,7 @@ _PUT = int(EventType.PUT)
 _DELETE = int(EventType.DELETE)
 _JOURNAL_SIZE_LIMIT = 8 * 1024**2  # WAL is truncated to this size when it is reset
 _CACHE_KIB = 16 * 1024  # page cache (negative cache_size = KiB)
+_RING_MAX_BYTES = 64 * 1024**2  # byte budget of the event ring (values can be 1.5 MiB)
 _NO_UPPER = b"\xff"  # a BLOB compares above every TEXT: "no upper bound" for key ranges
 _NO_LIMIT = -1  # SQLite LIMIT -1 = unlimited
 _COMPARE_OPS = frozenset({"=", "!=", "<", ">"})
@@ -275,9 +276,19 @@ def _prefix_end(prefix: str) -> str | bytes:
     return "".join(chars)
 
 
+def _check_text(what: str, text: Any) -> None:
+    """Reads take any str that SQLite can bind (valid Unicode); InvalidRequest otherwise."""
+    if not isinstance(text, str):
+        raise InvalidRequest(f"{what} must be a string, got {type(text).__name__}")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"{what} {text!r:.80} is not valid Unicode") from None
+
+
 def _bounds(prefix: str, start_after: str) -> tuple[str, str | bytes]:
-    if not isinstance(prefix, str) or not isinstance(start_after, str):
-        raise InvalidRequest("prefix and start_after must be strings")
+    _check_text("prefix", prefix)
+    _check_text("start_after", start_after)
     # key > s  <=>  key >= s + "\0", the immediate successor of s in code point order.
     lower = max(prefix, start_after + "\x00") if start_after else prefix
     return lower, _prefix_end(prefix)
@@ -346,6 +357,7 @@ class MVCCStore:
         self._pending: list[Event] = []  # drained by take_events()
         # Recent events in (revision, key) order; complete for every revision >= _ring_floor.
         self._ring: list[Event] = []
+        self._ring_bytes = 0  # Σ _event_bytes over the ring
         self._ring_floor = 2
         self._compacted = False  # a compaction ran in the current apply batch
         # isolation_level=None: transactions are explicit, so the applied index and the changes
@@ -402,6 +414,7 @@ class MVCCStore:
     def _reset_events(self) -> None:
         self._pending = []
         self._ring = []
+        self._ring_bytes = 0
         self._ring_floor = self._rev + 1
 
     def _db(self) -> sqlite3.Connection:
@@ -797,6 +810,7 @@ class MVCCStore:
 
         Raises Compacted below the compact revision, FutureRevision above the current one.
         """
+        _check_text("key", key)
         rev = self._read_revision(revision)
         if rev == self._rev:
             return self._current(key)
@@ -904,14 +918,24 @@ class MVCCStore:
         return _take_whole_revisions(events, limit)
 
     def _ring_extend(self, events: list[Event]) -> None:
+        """Append to the ring; past 2x its event count or its byte budget, drop the oldest
+        events in bulk (amortized O(1) per event) down to 1x / half the budget."""
         if not self._ring_size:
             return
         ring = self._ring
         ring.extend(events)
-        if len(ring) > 2 * self._ring_size:  # trim in bulk: amortized O(1) per event
-            cut = len(ring) - self._ring_size
+        self._ring_bytes += sum(_event_bytes(ev) for ev in events)
+        if len(ring) <= 2 * self._ring_size and self._ring_bytes <= _RING_MAX_BYTES:
+            return
+        cut = max(0, len(ring) - self._ring_size)
+        dropped = sum(_event_bytes(ev) for ev in ring[:cut])
+        while cut < len(ring) and self._ring_bytes - dropped > _RING_MAX_BYTES // 2:
+            dropped += _event_bytes(ring[cut])
+            cut += 1
+        if cut:
             self._ring_floor = ring[cut - 1].kv.mod_revision + 1
             del ring[:cut]
+            self._ring_bytes -= dropped
 
     def take_events(self) -> list[Event]:
         """The events of the writes applied since the last call, in order; clears them."""
@@ -947,6 +971,10 @@ class MVCCStore:
             return False
         self._db().execute(_SQL_CHECKPOINT)
         return True
+
+
+def _event_bytes(ev: Event) -> int:
+    return len(ev.kv.key) + len(ev.kv.value) + (0 if ev.prev_kv is None else len(ev.prev_kv.value))
 
 
 def _file_size(path: str) -> int:

@@ -7,9 +7,8 @@ check-quorum and the leader lease, replication and the §5.4.2 commit rule, fast
 control, snapshots, membership changes, ReadIndex, leadership transfer, membership filtering of
 senders, restart from persisted state).
 
-Tests named `test_bug_*` reproduce core bugs found while writing these tests; they are marked
-`xfail(strict=True)` (their docstrings give the scenario) and turn into failures once fixed, as a
-reminder to drop the marker. `pytest --runxfail -k bug` shows them failing.
+Some tests reproduce liveness bugs found while writing them (now fixed); their docstrings give
+the scenario that used to leave a cluster without a leader.
 """
 
 from __future__ import annotations
@@ -701,14 +700,8 @@ def test_removed_leader_of_two_voters_hands_over() -> None:
         c.propose(1, b"refused: not a leader any more")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CORE BUG (core.py _accept_sender + removed leader stepping down): a voter that "
-    "missed the commit of 'add 2' drops 2's votes as a non-member, and needs the removed "
-    "leader's vote, which refuses it (longer log): after the partition heals, no leader ever",
-)
-def test_bug_partitioned_voter_misses_replace_and_cluster_never_recovers() -> None:
-    """CORE BUG reproduction; the only fault is one partition, then everything heals.
+def test_partitioned_voter_that_missed_a_replace_still_lets_the_cluster_recover() -> None:
+    """Used to leave the cluster leaderless; the only fault is one partition, then it heals.
 
     Voters {1, 3}, leader 1; node 2 is being swapped in for 1 (add voter 2, then remove 1, the
     simulation's own replacement pattern). 3 appends and acks `add-voter(2)` (index 4), then
@@ -752,13 +745,7 @@ def test_bug_partitioned_voter_misses_replace_and_cluster_never_recovers() -> No
     c.propose(c.leader() or 2, b"recovered")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CORE BUG (core.py _accept_sender): a new voter that has not replicated the log "
-    "yet knows no members and drops every (PRE_)VOTE; if the leader loses leadership before "
-    "the new voter caught up, the pair {1, 2} can never elect a leader again",
-)
-def test_bug_new_voter_with_empty_log_drops_votes_forever() -> None:
+def test_new_voter_with_empty_log_answers_votes() -> None:
     """CORE BUG reproduction. `ADD_VOTER` of a brand-new node is accepted by
     `propose_conf_change`; in a one-voter cluster it commits at once, making {1, 2} the
     voters while 2 has an empty log and no membership. If 1 stops leading before 2 has
