@@ -185,6 +185,7 @@ class RaftNode:
     ) -> None:
         self.cfg = cfg
         self.on_apply = on_apply  # called on the trio thread after each batch is applied
+        self.on_snapshot: Callable[[], None] | None = None  # ... and after a snapshot install
         self.id = cfg.node_id
         self._sm_factory = state_machine
         self._rng = random.Random(cfg.seed)
@@ -489,6 +490,16 @@ class RaftNode:
         self._by_index.clear()
         self._conf_waiters.clear()
         log.info("node %d installed snapshot at index %d", self.id, snap.meta.index)
+        self._notify(self.on_snapshot)
+
+    def _notify(self, hook: Callable[[], None] | None) -> None:
+        if hook is None:
+            return
+        try:
+            hook()
+        except Exception:
+            # An observer's bug must not stop consensus on this server.
+            log.exception("node %d: error in an apply observer", self.id)
 
     async def _apply(self, entries: list[Entry]) -> None:
         # Strip the envelopes: the state machine sees only the command.
@@ -504,8 +515,7 @@ class RaftNode:
                 sm_entries.append(e)
         results = await self._sm_db.run(self.sm.apply, sm_entries)
         self._sm_applied = entries[-1].index
-        if self.on_apply is not None:
-            self.on_apply()
+        self._notify(self.on_apply)
         peers_changed = False
         peers = dict(self.peers)
         for e, res, own in zip(entries, results, mine, strict=True):

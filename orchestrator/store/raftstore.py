@@ -105,13 +105,32 @@ class RaftStore:
         self.checkpoint_interval = checkpoint_interval
         self.mvcc: MVCCStore
         self.hub: WatchHub
+        self._nursery: trio.Nursery | None = None
         node.on_apply = self._on_apply
+        node.on_snapshot = self._on_snapshot
 
     def _on_apply(self) -> None:
         hub = getattr(self, "hub", None)
         events = self.node.sm.take_events()  # type: ignore[attr-defined]  # an MVCCStore
         if hub is not None:
-            hub.publish(events, self.mvcc.revision())
+            try:
+                hub.publish(events, self.mvcc.revision())
+            except ValueError:
+                log.exception("watch hub out of step with the store; restarting watches")
+                self._new_hub("watch restarted by the server: watch again from your revision")
+
+    def _on_snapshot(self) -> None:
+        # The store jumped to the snapshot's revision without events: watchers must catch up
+        # from the durable history, which a fresh hub makes them do (their clients resume).
+        self.node.sm.take_events()  # type: ignore[attr-defined]
+        if getattr(self, "hub", None) is not None:
+            self._new_hub("server caught up by snapshot: watch again from your revision")
+
+    def _new_hub(self, reason: str) -> None:
+        old, self.hub = self.hub, WatchHub(_History(self.node, self.mvcc))
+        old.close(reason)
+        if self._nursery is not None:
+            self._nursery.start_soon(self.hub.run)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -120,6 +139,7 @@ class RaftStore:
             assert isinstance(sm, MVCCStore)
             self.mvcc = sm
             self.hub = WatchHub(_History(self.node, sm))
+            self._nursery = nursery
             await nursery.start(self.hub.run)
             nursery.start_soon(self._auto_compact)
             nursery.start_soon(self._checkpoint)

@@ -746,7 +746,7 @@ def test_partitioned_voter_that_missed_a_replace_still_lets_the_cluster_recover(
 
 
 def test_new_voter_with_empty_log_answers_votes() -> None:
-    """CORE BUG reproduction. `ADD_VOTER` of a brand-new node is accepted by
+    """Used to leave the pair leaderless: `ADD_VOTER` of a brand-new node is accepted by
     `propose_conf_change`; in a one-voter cluster it commits at once, making {1, 2} the
     voters while 2 has an empty log and no membership. If 1 stops leading before 2 has
     replicated anything (here: messages to 2 are lost, then 1 restarts), 1 needs 2's vote,

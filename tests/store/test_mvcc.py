@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from orchestrator.raft.statemachine import StateMachine
 from orchestrator.raft.types import ConfChange, ConfChangeType, Entry, EntryType
+from orchestrator.store import mvcc
 from orchestrator.store.mvcc import MVCCStore
 from orchestrator.store.types import (
     MAX_KEY_BYTES,
@@ -529,6 +530,33 @@ def test_event_ring_and_sqlite_agree(tmp_path: Path) -> None:
     finally:
         small.close()
         none.close()
+
+
+def test_event_ring_respects_its_byte_budget(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mvcc, "_RING_MAX_BYTES", 1000)
+    ring = Node(tmp_path / "ring.db", history_ring=1000)
+    plain = Node(tmp_path / "plain.db", history_ring=0)
+    try:
+        for i in range(30):
+            cmd = encode_put(f"k{i % 4}", bytes([i]) * 100)
+            assert ring.one(cmd) == plain.one(cmd)
+            assert ring.store._ring_bytes <= 1000
+            for rev in range(1, ring.store.revision() + 2):
+                assert ring.store.events_since(rev, "", 0) == plain.store.events_since(rev, "", 0)
+        assert 2 < len(ring.store._ring) < 10
+    finally:
+        ring.close()
+        plain.close()
+
+
+def test_reads_reject_bad_arguments(node: Node) -> None:
+    s = node.store
+    for call_ in (lambda: s.get("\ud800"), lambda: s.range("\ud800"),
+                  lambda: s.range("", start_after="\udfff"), lambda: s.get("a", -1),
+                  lambda: s.range("", revision=-2), lambda: s.events_since(2, "", -1)):
+        with pytest.raises(InvalidRequest):
+            call_()
 
 
 # ------------------------------------------------------------------ compaction, quota, WAL
