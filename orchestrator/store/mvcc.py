@@ -19,10 +19,12 @@ Layout (etcd's, mapped onto SQLite; store-notes §1):
 - `kv` is the current-state index, like etcd's in-memory key index: key -> `hid` (the history id
   of the key's live row; `mod_revision = hid >> 8`), `create_rev`, `version`. It holds no value:
   the value lives once, in the history row `hid` points at, so a put writes its value once
-  rather than twice (kv + history) or three times (plus a `prev_value` copy).
+  rather than twice (kv + history) or three times (plus a `prev_value` copy). Measured with raw
+  SQL, 1 KiB puts: 1.7-1.9x the apply rate and 1/2-1/3 of the file size of the layout with
+  values in kv and history and prev_* columns.
 - `prev_kv` is not stored either: the previous state of a key is its previous history row, and
-  compaction (below) never removes a row that is some surviving row's predecessor unless that
-  row is a tombstone (whose successor's `prev_kv` is None anyway).
+  compaction (below) never removes the predecessor of a row above the compact revision unless
+  it is a tombstone (whose successor's `prev_kv` is None anyway).
 - `meta` (one row): applied_index, revision, compact_revision, logical_bytes. The store starts at
   revision 1 with no keys (as etcd does), so the first write gets revision 2 and revision 0
   always means "current" in reads.
@@ -31,8 +33,9 @@ A successful write command (create, put, delete, or a txn whose chosen branch ch
 one key) takes revision `revision + 1`; a txn with several writes takes one revision for all of
 them; reads, failed commands, a txn whose branch only reads, compaction and noop take none.
 Every write also appends `Event`s (with `prev_kv`) to a list the watch layer drains with
-`take_events()` after each `apply`, and to an in-memory ring of recent events (`history_ring`)
-that serves `events_since` for recent revisions without touching SQLite.
+`take_events()` after each `apply`, and to an in-memory ring of recent events (`history_ring`
+events at least, fewer if they exceed a 64 MiB budget) that serves `events_since` for recent
+revisions without touching SQLite; older revisions are read from `history`.
 
 Compaction `compact(C)` deletes history rows with revision <= C except, per key, the newest row
 at or below C when it is a PUT. Hence a read at any revision R >= C still finds, for each key,
@@ -71,9 +74,11 @@ Decisions
   Reads inside a txn see its earlier writes. A txn that fails its quota check reports
   succeeded=False with error QuotaExceeded.
 - Keys are non-empty str of at most MAX_KEY_BYTES UTF-8 bytes, without NUL characters.
-- `events_since(R)` requires R > compact_revision once anything was compacted (etcd's rule for
-  watches): the events of revision C itself are incomplete after compact(C), because its
-  tombstones are gone. A revision's events are never split by `limit`.
+- `events_since(R)` requires R > compact_revision once anything was compacted: the events of
+  revision C itself are incomplete after compact(C), because its tombstones are gone. (etcd's
+  watchable store also accepts R == C, which is how a watch can miss that revision's deletes.)
+  A watcher that has seen revision R resumes from R + 1, so it survives compact(C) for C <= R.
+  A revision's events are never split by `limit` (watch atomicity).
 - compact(C) with C <= compact_revision fails with Compacted, with C > revision with
   FutureRevision; neither changes anything.
 """
@@ -387,9 +392,9 @@ class MVCCStore:
         conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
         conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
         conn.execute("PRAGMA temp_store=MEMORY")
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         conn.execute("BEGIN IMMEDIATE")
         try:
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             if version == 0:
                 for sql in _SCHEMA:
                     conn.execute(sql)

@@ -28,10 +28,10 @@ import msgpack
 import pytest
 import trio
 
-from orchestrator.store.client import Indeterminate, StoreClient
 from orchestrator.raft.codec import encode_message
 from orchestrator.raft.framing import FrameDecoder, encode_frame
 from orchestrator.raft.types import Message, MsgType
+from orchestrator.store.client import Indeterminate, StoreClient
 
 
 def _load_cluster_module() -> ModuleType:
