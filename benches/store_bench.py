@@ -622,6 +622,29 @@ def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
+def _machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already in user
+    return (total - idle) / tick, total / tick
+
+
+def _wait_quiet(max_wait: float, busy_limit: float = 0.25) -> float:
+    """Wait (up to max_wait s) until the machine is at most busy_limit busy over 1 s, so that
+    load started by others does not land in a measurement. Returns the last busy fraction."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        b0, t0 = _machine_cpu()
+        time.sleep(1.0)
+        b1, t1 = _machine_cpu()
+        busy = (b1 - b0) / max(1e-9, t1 - t0)
+        if busy <= busy_limit or time.monotonic() >= deadline:
+            return busy
+
+
 def _cpu_of(pids: list[int]) -> float:
     proc_cpu = _load_cluster_module().process_cpu_seconds
     return sum(proc_cpu(pid) or 0.0 for pid in pids)
@@ -650,6 +673,7 @@ def run_point(system: str, client: str, n_servers: int, concurrency: int,
               write_endpoints: list[str], watch_endpoint: str | None,
               server_pids: list[int], args: argparse.Namespace,
               profile_pid: int | None = None) -> dict[str, Any]:
+    idle_busy = _wait_quiet(args.quiet_wait) if args.quiet_wait > 0 else 0.0
     shares = _split(concurrency, args.client_procs)
     start_at = time.monotonic() + args.startup_s
     prefix = f"/bench/{system}-{client}-s{n_servers}c{concurrency}/"
@@ -667,9 +691,9 @@ def run_point(system: str, client: str, n_servers: int, concurrency: int,
             [args.py_spy, "record", "--format", "raw", "--threads", "--rate", "100",
              "-d", str(int(args.duration)), "-p", str(profile_pid), "-o", args.profile_file],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    cpu0 = _cpu_of(server_pids)
+    cpu0, mach0 = _cpu_of(server_pids), _machine_cpu()
     time.sleep(max(0.0, start_at + args.duration - time.monotonic()))
-    cpu1 = _cpu_of(server_pids)
+    cpu1, mach1 = _cpu_of(server_pids), _machine_cpu()
     results = [_collect(w, args.duration + 120) for w in writers]
     wres = _collect(watcher, args.watch_grace + 120) if watcher is not None else None
     if spy is not None:
@@ -682,6 +706,8 @@ def run_point(system: str, client: str, n_servers: int, concurrency: int,
     client_cpu = sum(r["cpu_s"] for r in results)
     watch_cpu = wres["cpu_s"] if wres else 0.0
     server_cpu = cpu1 - cpu0
+    ours_cpu = client_cpu + watch_cpu + server_cpu
+    machine_busy = mach1[0] - mach0[0]
     errors = [r["first_error"] for r in results if r["first_error"]]
     return {
         "system": system,
@@ -704,14 +730,18 @@ def run_point(system: str, client: str, n_servers: int, concurrency: int,
         "server_cpu_s": server_cpu,
         "server_us_per_put": server_cpu / ok * 1e6 if ok else float("nan"),
         "client_us_per_put": client_cpu / ok * 1e6 if ok else float("nan"),
-        "box_cpu_pct": 100.0 * (client_cpu + watch_cpu + server_cpu)
-        / (args.duration * (os.cpu_count() or 1)),
+        "box_cpu_pct": 100.0 * ours_cpu / (mach1[1] - mach0[1]),
+        # Everything else that ran on the machine meanwhile (other users' jobs, the kernel's
+        # work for the disk, ...); the clients' windows run a little past the servers'.
+        "other_cpu_pct": 100.0 * max(0.0, machine_busy - ours_cpu) / (mach1[1] - mach0[1]),
+        "busy_before_pct": 100.0 * idle_busy,
     }
 
 
 HEADER = (f"{'system':<9} {'srv':>3} {'conc':>4} {'puts/s':>7} {'p50 ms':>7} {'p99 ms':>8} "
           f"{'watch p50':>9} {'watch p99':>9} {'w.events':>8} {'cli CPU s':>9} "
-          f"{'wch CPU s':>9} {'srv CPU s':>9} {'srv us/put':>10} {'box %':>5} {'err':>4}")
+          f"{'wch CPU s':>9} {'srv CPU s':>9} {'srv us/put':>10} {'box %':>5} {'oth %':>5} "
+          f"{'err':>4}")
 
 
 def _label(r: dict[str, Any]) -> str:
@@ -723,7 +753,7 @@ def _print_row(r: dict[str, Any]) -> None:
           f"{r['p50_ms']:>7.2f} {r['p99_ms']:>8.2f} {r['watch_p50_ms']:>9.2f} "
           f"{r['watch_p99_ms']:>9.2f} {r['watch_events']:>8} {r['client_cpu_s']:>9.2f} "
           f"{r['watch_cpu_s']:>9.2f} {r['server_cpu_s']:>9.2f} {r['server_us_per_put']:>10.0f} "
-          f"{r['box_cpu_pct']:>5.0f} {r['errors']:>4}", flush=True)
+          f"{r['box_cpu_pct']:>5.0f} {r['other_cpu_pct']:>5.0f} {r['errors']:>4}", flush=True)
     if r["first_error"]:
         print(f"#   first error: {r['first_error']}", flush=True)
     if r["late_start_s"] > 0.05:
@@ -819,6 +849,9 @@ def main() -> int:
                     help="seconds the watcher keeps listening after the window")
     ap.add_argument("--startup-s", type=float, default=3.0,
                     help="time given to the client processes to start and connect")
+    ap.add_argument("--quiet-wait", type=float, default=60.0,
+                    help="before each point, wait up to this many seconds for the machine to "
+                    "be at most 25%% busy (a shared machine); 0 = do not wait")
     ap.add_argument("--vs-etcd", action="store_true", help="also measure an etcd cluster")
     ap.add_argument("--etcd-bin", default="etcd")
     ap.add_argument("--etcd-servers", type=int, default=3, help="etcd cluster size")
