@@ -34,11 +34,18 @@ includes the put's own commit latency). The watcher listens `--watch-grace` s pa
 lost, since puts started in the window but acked after it count too). CPU: client = the writer
 processes' user+sys seconds over their run, watcher = the watcher process's, server = the sum
 over all server processes sampled around the window (/proc); "srv us/put" = server CPU per
-acknowledged put, "box %" = all of these over (duration x CPUs): near 100 % means the machine,
-not one side, is the limit. Nothing is asserted: this is a measurement.
+acknowledged put, "box %" = all of these over the machine's CPU capacity in the window: near
+100 % means the machine, not one side, is the limit. Nothing is asserted: this is a measurement.
 
-`--profile S:C` runs `py-spy record` (pip install py-spy) on our leader during point (S servers,
-concurrency C) and prints the top functions by samples (CPU: py-spy skips idle threads).
+Shared machines: before each point the driver waits (up to `--quiet-wait` s) until the machine
+is at most 25 % busy, and "oth %" reports the CPU that processes other than ours used during the
+window (from /proc/stat): if it is not small, that point was disturbed.
+
+`--profile S:C` runs `py-spy record --gil` (pip install py-spy) on our leader during point (S
+servers, concurrency C), prints the leader's CPU per thread (/proc) and the top functions by
+samples. `--gil` keeps only the thread holding the GIL, i.e. Python code running; py-spy's own
+idle filter counts a thread blocked in fsync (state D) as busy. Work done with the GIL released
+(inside SQLite) shows in the per-thread CPU, not in the samples.
 
 Output: one line per point as it completes, a comparison table at servers=3 (ours / etcd per
 concurrency, for each etcd client), and last one JSON line with every figure, including
@@ -645,6 +652,24 @@ def _wait_quiet(max_wait: float, busy_limit: float = 0.25) -> float:
             return busy
 
 
+def _main_and_process_cpu(pid: int) -> tuple[float, float]:
+    """(main thread, whole process) user + system CPU seconds of a live process. Per-thread
+    figures for the other threads are not usable: trio's worker threads come and go, and the
+    CPU of a thread that exited only shows in the process total."""
+    proc_cpu = _load_cluster_module().process_cpu_seconds
+    return _task_cpu(pid, pid), proc_cpu(pid) or 0.0
+
+
+def _task_cpu(pid: int, tid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu_of(pids: list[int]) -> float:
     proc_cpu = _load_cluster_module().process_cpu_seconds
     return sum(proc_cpu(pid) or 0.0 for pid in pids)
@@ -686,14 +711,23 @@ def run_point(system: str, client: str, n_servers: int, concurrency: int,
     # Server CPU is sampled around the window (the clients warm up before start_at).
     time.sleep(max(0.0, start_at - time.monotonic()))
     spy = None
+    leader0 = (0.0, 0.0)
     if profile_pid is not None:
         spy = subprocess.Popen(
             [args.py_spy, "record", "--format", "raw", "--threads", "--rate", "100",
-             "-d", str(int(args.duration)), "-p", str(profile_pid), "-o", args.profile_file],
+             *args.py_spy_args.split(), "-d", str(int(args.duration)), "-p", str(profile_pid),
+             "-o", args.profile_file],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        leader0 = _main_and_process_cpu(profile_pid)
     cpu0, mach0 = _cpu_of(server_pids), _machine_cpu()
     time.sleep(max(0.0, start_at + args.duration - time.monotonic()))
     cpu1, mach1 = _cpu_of(server_pids), _machine_cpu()
+    leader_threads: dict[str, float] = {}
+    if profile_pid is not None:
+        main1, proc1 = _main_and_process_cpu(profile_pid)
+        leader_threads = {"main thread (trio loop)": main1 - leader0[0],
+                          "other threads (SQLite, fsync; trio workers)":
+                          (proc1 - leader0[1]) - (main1 - leader0[0])}
     results = [_collect(w, args.duration + 120) for w in writers]
     wres = _collect(watcher, args.watch_grace + 120) if watcher is not None else None
     if spy is not None:
@@ -735,7 +769,57 @@ def run_point(system: str, client: str, n_servers: int, concurrency: int,
         # work for the disk, ...); the clients' windows run a little past the servers'.
         "other_cpu_pct": 100.0 * max(0.0, machine_busy - ours_cpu) / (mach1[1] - mach0[1]),
         "busy_before_pct": 100.0 * idle_busy,
+        **({"profiled_leader_thread_cpu_s": leader_threads} if profile_pid else {}),
     }
+
+
+class _OursTarget:
+    """Our running cluster: writers go through StoreClient (to the leader), the watcher to a
+    follower."""
+
+    def __init__(self, cluster: Any, n: int) -> None:
+        self.cluster = cluster
+        self.n = n
+        cluster.start()
+        self._find_leader()
+
+    def _find_leader(self) -> None:
+        self.leader = self.cluster.wait_leader_blocking(within=30)
+        self.follower = next((i for i in range(self.n) if i != self.leader), self.leader)
+
+    def run(self, c: int, args: argparse.Namespace, *, profile: bool) -> dict[str, Any]:
+        cl = self.cluster
+        row = run_point("ours", "msgpack", self.n, c, cl.endpoints,
+                        None if args.no_watch else cl.endpoint(self.follower),
+                        [cl.pid(i) for i in cl.running()], args,
+                        profile_pid=cl.pid(self.leader) if profile else None)
+        cl.check_alive()
+        if trio.run(cl.leader_index) != self.leader:
+            print("# note: our leader changed during this point", flush=True)
+            self._find_leader()
+        return row
+
+
+class _EtcdTarget:
+    """The running etcd cluster: writers talk to the leader, the watcher to a follower."""
+
+    def __init__(self, etcd: EtcdCluster, n: int) -> None:
+        self.etcd = etcd
+        self.n = n
+        self._find_leader()
+
+    def _find_leader(self) -> None:
+        self.leader = self.etcd.wait_leader()
+        self.follower = next((i for i in range(self.n) if i != self.leader), self.leader)
+
+    def run(self, c: int, client: str, args: argparse.Namespace) -> dict[str, Any]:
+        e = self.etcd
+        row = run_point("etcd", client, self.n, c, [e.endpoints[self.leader]],
+                        None if args.no_watch else e.endpoints[self.follower], e.pids(), args)
+        if e.wait_leader() != self.leader:
+            print("# note: the etcd leader changed during this point", flush=True)
+            self._find_leader()
+        return row
 
 
 HEADER = (f"{'system':<9} {'srv':>3} {'conc':>4} {'puts/s':>7} {'p50 ms':>7} {'p99 ms':>8} "
@@ -794,8 +878,14 @@ def _comparison(rows: list[dict[str, Any]], clients: list[str], n: int) -> dict[
     return ratios
 
 
-def _profile_summary(path: str, duration: float, top: int = 20) -> dict[str, Any]:
-    """Top functions (self and inclusive samples) of a py-spy raw profile."""
+def _profile_summary(path: str, duration: float, thread_cpu: dict[str, float],
+                     top: int = 20) -> dict[str, Any]:
+    """Print the leader's CPU by thread (/proc) and the top functions (self and inclusive
+    samples) of a py-spy raw profile."""
+    print(f"\n# our leader's CPU by thread over the {duration:g}s window (/proc; 100% = one "
+          f"core): {100 * sum(thread_cpu.values()) / duration:.1f}% in all")
+    for name, cpu in sorted(thread_cpu.items(), key=lambda kv: -kv[1]):
+        print(f"#   {100 * cpu / duration:6.1f}%  {name}")
     self_c: Counter[str] = Counter()
     incl_c: Counter[str] = Counter()
     threads: Counter[str] = Counter()
@@ -820,8 +910,8 @@ def _profile_summary(path: str, duration: float, top: int = 20) -> dict[str, Any
             for fn in set(funcs):
                 incl_c[fn] += count
     wall = duration * 100.0  # samples of one thread busy the whole time at --rate 100
-    print(f"\n# py-spy on our leader: {total} samples over {duration:g}s at 100 Hz "
-          f"(100% = one core for the whole window); by thread:")
+    print(f"# py-spy on our leader: {total} samples over {duration:g}s at 100 Hz "
+          f"(100% = one thread sampled all the time); by thread:")
     for t, n in threads.most_common(8):
         print(f"#   {100 * n / wall:6.1f}%  {t}")
     print("# top functions by self samples:")
@@ -849,7 +939,7 @@ def main() -> int:
                     help="seconds the watcher keeps listening after the window")
     ap.add_argument("--startup-s", type=float, default=3.0,
                     help="time given to the client processes to start and connect")
-    ap.add_argument("--quiet-wait", type=float, default=60.0,
+    ap.add_argument("--quiet-wait", type=float, default=30.0,
                     help="before each point, wait up to this many seconds for the machine to "
                     "be at most 25%% busy (a shared machine); 0 = do not wait")
     ap.add_argument("--vs-etcd", action="store_true", help="also measure an etcd cluster")
@@ -860,6 +950,10 @@ def main() -> int:
                     "listed) and/or http (the JSON gateway)")
     ap.add_argument("--profile", metavar="S:C",
                     help="py-spy our leader during the point with S servers, concurrency C")
+    ap.add_argument("--py-spy-args", default="--gil",
+                    help="extra py-spy record options (default --gil: only the thread holding "
+                    "the GIL, i.e. Python code on a CPU; py-spy's own idle detection counts "
+                    "threads in fsync as busy)")
     ap.add_argument("--profile-file", default="",
                     help="where py-spy writes its raw profile (default: in the temp dir)")
     ap.add_argument("--keep-data", action="store_true", help="keep the data directories")
@@ -894,49 +988,42 @@ def main() -> int:
           f"{args.value_bytes}-byte values, fsync on, data in {root}"
           + (f"; etcd {etcd_version} via {'+'.join(clients)}" if etcd_bin else ""), flush=True)
     print(HEADER, flush=True)
+    etcd_n = args.etcd_servers if etcd_bin else None
     try:
-        for n in sizes:
-            with cluster_mod.Cluster(root / f"ours-{n}", n, tick_ms=100,
-                                     log_level="warning") as cluster:
-                cluster.start()
-                leader = cluster.wait_leader_blocking(within=30)
-                follower = next((i for i in range(n) if i != leader), leader)
+        # etcd runs next to our cluster of the same size, point by point (ours, then etcd at
+        # the same concurrency), so that a change in the machine's background load does not
+        # land on one system only. The idle cluster costs a few heartbeats.
+        for n in sizes + ([etcd_n] if etcd_n is not None and etcd_n not in sizes else []):
+            with contextlib.ExitStack() as stack:
+                ours = None
+                if n in sizes:
+                    cluster = stack.enter_context(cluster_mod.Cluster(
+                        root / f"ours-{n}", n, tick_ms=100, log_level="warning"))
+                    ours = _OursTarget(cluster, n)
+                etcd = None
+                if n == etcd_n:
+                    assert etcd_bin is not None
+                    etcd = _EtcdTarget(stack.enter_context(
+                        EtcdCluster(root / f"etcd-{n}", n, etcd_bin)), n)
                 for c in levels:
-                    spy_pid = cluster.pid(leader) if profile_point == (n, c) else None
-                    row = run_point("ours", "msgpack", n, c, cluster.endpoints,
-                                    None if args.no_watch else cluster.endpoint(follower),
-                                    [cluster.pid(i) for i in cluster.running()], args,
-                                    profile_pid=spy_pid)
-                    rows.append(row)
-                    _print_row(row)
-                    if spy_pid is not None and os.path.exists(args.profile_file):
-                        profile = {"point": list(profile_point or ()),
-                                   "file": args.profile_file}
-                    cluster.check_alive()
-                    if trio.run(cluster.leader_index) != leader:
-                        print("# note: our leader changed during this point", flush=True)
-                        leader = cluster.wait_leader_blocking(within=30)
-                        follower = next((i for i in range(n) if i != leader), leader)
-        if etcd_bin:
-            n = args.etcd_servers
-            with EtcdCluster(root / f"etcd-{n}", n, etcd_bin) as etcd:
-                leader = etcd.wait_leader()
-                follower = next((i for i in range(n) if i != leader), leader)
-                for client in clients:
-                    for c in levels:
-                        row = run_point("etcd", client, n, c, [etcd.endpoints[leader]],
-                                        None if args.no_watch else etcd.endpoints[follower],
-                                        etcd.pids(), args)
+                    if ours is not None:
+                        spy = profile_point == (n, c)
+                        row = ours.run(c, args, profile=spy)
                         rows.append(row)
                         _print_row(row)
-                        if etcd.wait_leader() != leader:
-                            print("# note: the etcd leader changed during this point",
-                                  flush=True)
-                            leader = etcd.wait_leader()
-                            follower = next((i for i in range(n) if i != leader), leader)
+                        if spy and os.path.exists(args.profile_file):
+                            profile = {"point": list(profile_point or ()),
+                                       "file": args.profile_file,
+                                       "thread_cpu_s": row["profiled_leader_thread_cpu_s"]}
+                    if etcd is not None:
+                        for client in clients:
+                            row = etcd.run(c, client, args)
+                            rows.append(row)
+                            _print_row(row)
         ratios = _comparison(rows, clients, args.etcd_servers) if etcd_bin else {}
         if profile is not None:
-            profile.update(_profile_summary(profile["file"], args.duration))
+            profile.update(_profile_summary(profile["file"], args.duration,
+                                            profile["thread_cpu_s"]))
     finally:
         if not args.keep_data:
             shutil.rmtree(root, ignore_errors=True)

@@ -279,13 +279,14 @@ class StoreClient:
                 elif exc.status == "timeout" and op in READ_OPS:
                     self._current += 1  # maybe this server lost quorum; try another
                 elif exc.status == "timeout":
+                    self._current += 1  # that server may be cut off: next time, another
                     raise Indeterminate(str(exc.detail)) from exc
                 else:
                     raise
             except (NoQuorum, Unavailable) as exc:
+                self._current += 1  # maybe this server lost quorum; try another
                 if op not in READ_OPS and isinstance(exc, NoQuorum):
                     raise Indeterminate(str(exc)) from exc
-                self._current += 1  # maybe this server lost quorum; try another
             except OSError:
                 self._current += 1  # could not connect: nothing was sent
             except Indeterminate:
@@ -329,6 +330,10 @@ class StoreClient:
         conn.pending[rid] = (ev, result)
         try:
             async with conn.send_lock:
+                if conn.closed:
+                    # Closed while we waited for the lock: nothing of ours was sent.
+                    conn.pending.pop(rid, None)
+                    raise OSError(f"connection to {endpoint} closed")
                 await conn.stream.send_all(encode_frame(msgpack.packb([rid, op, list(args)])))
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             conn.pending.pop(rid, None)

@@ -67,7 +67,7 @@ class CompactionPolicy:
         if text and text[-1] in units:
             seconds = float(text[:-1]) * units[text[-1]]
             return cls("periodic", seconds, max(1.0, min(seconds / 10, 60.0)))
-        return cls("revision", float(int(text)), 30.0)
+        return cls("revision", float(int(text)), 5.0)
 
 
 class _History:

@@ -906,6 +906,21 @@ txn_op_st = st.one_of(
     st.builds(TxnOp, keys_st),
     st.builds(TxnOp, keys_st, get=st.just(True)),
 )
+
+
+@st.composite
+def focused_ops_st(draw: st.DrawFn, pool: list[str]) -> list[TxnOp]:
+    """Ops on a few keys, each written at most once, reads interleaved: reads of a key the
+    same txn writes before or after, which random ops over all keys rarely produce."""
+    writes = draw(st.lists(
+        st.one_of(st.builds(TxnOp, st.sampled_from(pool), values_st),
+                  st.builds(TxnOp, st.sampled_from(pool))),
+        max_size=3, unique_by=lambda o: o.key))
+    gets = draw(st.lists(st.builds(TxnOp, st.sampled_from(pool), get=st.just(True)),
+                         max_size=3))
+    return list(draw(st.permutations(writes + gets)))
+
+
 compare_st = st.one_of(
     st.builds(Compare, keys_st, st.sampled_from(["mod", "create", "version"]),
               st.sampled_from(["=", "!=", "<", ">"]), st.integers(0, 12)),
@@ -960,8 +975,13 @@ class MVCCAgainstModel(RuleBasedStateMachine):
             return encode_delete(key, expected), lambda: m.write("delete", key, None, expected)
         if kind == "txn":
             compares = data.draw(st.lists(compare_st, max_size=3))
-            success = data.draw(st.lists(txn_op_st, max_size=4))
-            failure = data.draw(st.lists(txn_op_st, max_size=3))
+            if data.draw(st.booleans()):
+                pool = data.draw(st.lists(keys_st, min_size=1, max_size=3, unique=True))
+                success = data.draw(focused_ops_st(pool))
+                failure = data.draw(focused_ops_st(pool))
+            else:
+                success = data.draw(st.lists(txn_op_st, max_size=4))
+                failure = data.draw(st.lists(txn_op_st, max_size=3))
             return (encode_txn(compares, success, failure),
                     lambda: m.txn(compares, success, failure))
         if kind == "compact":

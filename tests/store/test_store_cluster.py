@@ -8,6 +8,11 @@
    a snapshot and then serves exactly the leader's data (current and historical) locally.
 3. Power loss at an edge site: all three servers SIGKILLed at once under write load; after a
    restart every acknowledged write is there.
+4. Regression: a watch served by a follower across and after its snapshot install delivers
+   every revision (it used to skip the revisions the snapshot covered).
+
+The last test pins a client bug (now fixed): writes did not fail over away from an isolated
+leader.
 
 Clusters are started with `tests/cluster.py`. Every test body runs under `trio.fail_after`;
 conditions are polled against deadlines, never waited for with a fixed sleep.
@@ -180,6 +185,28 @@ async def faults_all(ctl: StoreClient, cluster: Any, *args: Any) -> None:
             assert await ctl.call_once(ep, "faults", *args) is True
 
 
+async def put_surely(kv: StoreClient, key: str, value: bytes) -> None:
+    """A put retried until acknowledged (idempotent: the same value again). A write on a
+    connection to a server that was just killed can come back Indeterminate."""
+    while True:
+        try:
+            assert await kv.put(key, value) is True
+            return
+        except Indeterminate:
+            continue
+
+
+async def delete_surely(kv: StoreClient, key: str) -> None:
+    """Delete an existing key; after an Indeterminate attempt the retry may find it gone."""
+    retried = False
+    while True:
+        try:
+            assert await kv.delete(key) or retried
+            return
+        except Indeterminate:
+            retried = True
+
+
 async def watch_until(endpoint: str, prefix: str, start: int, end: int) -> list[Event]:
     """The events a watch on one server from `start` delivers up to revision `end`."""
     got: list[Event] = []
@@ -333,6 +360,10 @@ async def test_linearizable_and_watchers_complete_under_crashes_and_partition(
                     probe = await nemesis(cluster, ctl, rec, keys)
                     stop.set()  # the load tasks finish their current operation and return
                 cluster.check_alive()
+                # Final linearizable reads of every key, after every write has returned: the
+                # checker then proves the final state is the one the history implies.
+                for key in keys:
+                    await run_op(kv, rec, 97, "get", key)
                 final_rev = await kv.revision()
                 final_kvs, range_rev, _ = await kv.range(prefix, revision=final_rev)
                 assert range_rev == final_rev
@@ -425,7 +456,7 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
         model: dict[str, bytes] = {}
         async with StoreClient(cluster.endpoints) as kv:
             for k in keys[:4]:
-                await kv.put(k, b"early")
+                await put_surely(kv, k, b"early")
                 model[k] = b"early"
             before = await cluster.wait_caught_up(follower)
             cluster.kill(follower)
@@ -436,11 +467,11 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
                 for r in range(rounds):
                     key = mine[r % len(mine)]
                     if key in model and r % 5 == 4:
-                        assert await kv.delete(key) is True
+                        await delete_surely(kv, key)
                         del model[key]
                     else:
                         value = f"{tag}-{w}-{r}".encode()
-                        assert await kv.put(key, value) is True
+                        await put_surely(kv, key, value)
                         model[key] = value
 
             # One write at a time first: the leader pipelines at most a window of appends to
@@ -592,14 +623,14 @@ async def test_power_loss_of_every_server_keeps_acknowledged_writes(tmp_path: Pa
 
             await check_all(None)
             # The cluster takes writes again, and every server has every acknowledged write.
-            assert await kv.put("pl/after", b"after") is True
+            await put_surely(kv, "pl/after", b"after")
             for i in range(3):
                 await cluster.wait_caught_up(i)
                 await check_all(cluster.endpoint(i))
         cluster.check_alive()
 
 
-# ---------------------------------------------------------------------------------- 2b
+# ---------------------------------------------------------------------------------- 4
 async def test_watch_on_a_follower_that_installed_a_snapshot_misses_no_event(
     tmp_path: Path,
 ) -> None:
@@ -614,16 +645,16 @@ async def test_watch_on_a_follower_that_installed_a_snapshot_misses_no_event(
         follower = (leader + 1) % 3
         async with StoreClient(cluster.endpoints) as kv:
             for i in range(3):
-                await kv.put(f"{prefix}early-{i}", b"early")
+                await put_surely(kv, f"{prefix}early-{i}", b"early")
             before = await cluster.wait_caught_up(follower)
             cluster.kill(follower)
             for i in range(100):  # one at a time: the rest can only reach it as a snapshot
-                await kv.put(f"{prefix}seq-{i}", b"x")
+                await put_surely(kv, f"{prefix}seq-{i}", b"x")
             limiter = trio.CapacityLimiter(8)
 
             async def put(key: str) -> None:
                 async with limiter:
-                    await kv.put(key, b"y")
+                    await put_surely(kv, key, b"y")
 
             async with trio.open_nursery() as n:
                 for i in range(200):
@@ -657,13 +688,6 @@ async def test_watch_on_a_follower_that_installed_a_snapshot_misses_no_event(
             )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug in store/client.py StoreClient.call: a write answered no_quorum (or timeout) "
-    "raises Indeterminate without moving off that server, so while the leader is cut off every "
-    "later write of the client goes to the minority server again and fails after the quorum "
-    "timeout, although the majority has a new leader (reads do move on: `self._current += 1`)",
-)
 async def test_client_writes_fail_over_from_an_isolated_leader(tmp_path: Path) -> None:
     with (
         trio.fail_after(60),

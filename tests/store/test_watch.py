@@ -253,6 +253,47 @@ async def test_replay_races_with_concurrent_publishes(whole_revisions: bool) -> 
 
 
 @pytest.mark.parametrize("whole_revisions", [False, True])
+async def test_replay_with_nothing_matching_while_matches_are_published(
+    whole_revisions: bool,
+) -> None:
+    """An empty history answer only proves 'nothing up to the revision the hub had published
+    before the read': a matching event published after the snapshot was taken (and before the
+    answer came back) must still arrive, although the ring has already moved past it."""
+    store = FakeStore(ring_size=1, whole_revisions=whole_revisions)
+    for i in range(10):
+        store.put(f"/b/{i}")
+    done = False
+
+    async def publish_after_snapshot() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            store.put("/a/x")
+            store.put("/b/roll")  # the ring now starts after /a/x
+
+    store.after_read = publish_after_snapshot
+    with trio.fail_after(5):
+        w = store.hub.watch("/a/", 1)
+        responses = await read_until_progress(w)
+        got = check_responses(responses, store.expected("/a/", 1))
+        assert [e.kv.key for e in got] == ["/a/x"]
+        w.cancel()
+
+
+async def test_ring_catch_up_never_splits_a_revision() -> None:
+    store = FakeStore(ring_size=100, replay_batch=3)
+    for i in range(6):
+        store.commit([(f"/a/{i}x", b"1"), (f"/a/{i}y", b"2")])
+    with trio.fail_after(5):
+        w = store.hub.watch("/a/", 1)
+        responses = await read_until_progress(w)
+        assert len(check_responses(responses, store.expected("/a/", 1))) == 12
+        assert [len(r.events) for r in responses] == [4, 4, 4, 0]
+        assert store.reads == 0
+        w.cancel()
+
+
+@pytest.mark.parametrize("whole_revisions", [False, True])
 async def test_replay_batch_boundary_inside_a_revision(whole_revisions: bool) -> None:
     """A full batch may end in the middle of a revision (one txn = several events at one
     revision), or stop short of `limit` at a revision boundary with more to come; a revision
