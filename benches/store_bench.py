@@ -8,7 +8,9 @@ Ours: for each cluster size a fresh cluster of `orchestrator server` processes i
 loopback (tests/cluster.py; Raft over SQLite with fsync on). For each concurrency,
 `--client-procs` separate Python processes (this file with `--worker`) share the concurrency:
 every task puts `--value-bytes` values to distinct keys under a per-point prefix, back to back,
-for `--duration` seconds, through `StoreClient` (which sends to the leader). At the same time a
+for `--duration` seconds, through `StoreClient` given the leader's endpoint first (it sticks to
+the first server that answers; a follower would forward every write to the leader, an extra hop;
+`--write-to spread` measures that, for both systems). At the same time a
 watcher process (its own `StoreClient.watch` on the prefix, connected to a follower when there is
 one, else to the only server) receives every event.
 
@@ -706,7 +708,11 @@ def run_point(system: str, client: str, n_servers: int, concurrency: int,
     watcher = None
     if watch_endpoint is not None:
         watcher = _spawn(f"{kind}-watch", [watch_endpoint], 1, prefix, start_at, args)
-    writers = [_spawn(f"{kind}-put", write_endpoints, share, f"{prefix}p{p}-", start_at, args)
+    # write_endpoints lists the leader first: "leader" sends every writer there, "spread"
+    # starts writer process p at member p (a follower forwards the write to the leader).
+    rot = [write_endpoints[p % len(write_endpoints):] + write_endpoints[:p % len(write_endpoints)]
+           if args.write_to == "spread" else write_endpoints for p in range(len(shares))]
+    writers = [_spawn(f"{kind}-put", rot[p], share, f"{prefix}p{p}-", start_at, args)
                for p, share in enumerate(shares)]
     # Server CPU is sampled around the window (the clients warm up before start_at).
     time.sleep(max(0.0, start_at - time.monotonic()))
@@ -789,7 +795,8 @@ class _OursTarget:
 
     def run(self, c: int, args: argparse.Namespace, *, profile: bool) -> dict[str, Any]:
         cl = self.cluster
-        row = run_point("ours", "msgpack", self.n, c, cl.endpoints,
+        others = [ep for i, ep in enumerate(cl.endpoints) if i != self.leader]
+        row = run_point("ours", "msgpack", self.n, c, [cl.endpoint(self.leader), *others],
                         None if args.no_watch else cl.endpoint(self.follower),
                         [cl.pid(i) for i in cl.running()], args,
                         profile_pid=cl.pid(self.leader) if profile else None)
@@ -814,7 +821,8 @@ class _EtcdTarget:
 
     def run(self, c: int, client: str, args: argparse.Namespace) -> dict[str, Any]:
         e = self.etcd
-        row = run_point("etcd", client, self.n, c, [e.endpoints[self.leader]],
+        others = [ep for i, ep in enumerate(e.endpoints) if i != self.leader]
+        row = run_point("etcd", client, self.n, c, [e.endpoints[self.leader], *others],
                         None if args.no_watch else e.endpoints[self.follower], e.pids(), args)
         if e.wait_leader() != self.leader:
             print("# note: the etcd leader changed during this point", flush=True)
@@ -942,6 +950,9 @@ def main() -> int:
     ap.add_argument("--quiet-wait", type=float, default=30.0,
                     help="before each point, wait up to this many seconds for the machine to "
                     "be at most 25%% busy (a shared machine); 0 = do not wait")
+    ap.add_argument("--write-to", choices=["leader", "spread"], default="leader",
+                    help="leader: every writer talks to the leader (both systems); spread: "
+                    "writer process p talks to member p, followers forward to the leader")
     ap.add_argument("--vs-etcd", action="store_true", help="also measure an etcd cluster")
     ap.add_argument("--etcd-bin", default="etcd")
     ap.add_argument("--etcd-servers", type=int, default=3, help="etcd cluster size")
