@@ -1,4 +1,5 @@
-"""Run blocking sqlite3 work off the trio event loop, one call at a time per database.
+"""Run blocking sqlite3 work off the trio event loop, one call at a time per database; and open
+the project's SQLite databases the one way they are opened (`open_wal`).
 
 Job: `DbThread.run(fn, *args)` executes `fn(*args)` on a worker thread and returns its result (or
 re-raises its exception) to the calling task, so that fsync-heavy SQLite commits never stall the
@@ -19,8 +20,10 @@ Invariants:
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from collections.abc import Callable
-from typing import TypeVar, TypeVarTuple, Unpack
+from typing import Literal, TypeVar, TypeVarTuple, Unpack
 
 import trio
 
@@ -37,3 +40,23 @@ class DbThread:
     async def run(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
         """Run `fn(*args)` in a worker thread once no other call on this database is running."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+
+def open_wal(
+    path: str | os.PathLike[str], *, synchronous: Literal["FULL", "NORMAL"]
+) -> sqlite3.Connection:
+    """A connection in WAL mode with the given durability, for use through a `DbThread`:
+    `check_same_thread=False` (see above) and `isolation_level=None`, so that transactions are
+    explicit (BEGIN IMMEDIATE ... COMMIT) and nothing is committed behind the caller's back."""
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    try:
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.OperationalError(
+                f"{os.fspath(path)}: cannot use a WAL journal ({mode!r})"
+            )
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgpack
 
+from ..dbthread import open_wal
 from .types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
 
 SCHEMA_VERSION = 1
@@ -98,11 +99,12 @@ def _check_contiguous(entries: Sequence[Entry]) -> None:
 class RaftStorage:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = os.fspath(path)
-        # isolation_level=None: the module must not open transactions behind our back; every
+        # FULL: the WAL is fsynced at every commit, so a returned save() is on disk. Every
         # mutation below is an explicit BEGIN IMMEDIATE ... COMMIT.
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            self._path, check_same_thread=False, isolation_level=None
-        )
+        try:
+            self._conn: sqlite3.Connection | None = open_wal(self._path, synchronous="FULL")
+        except sqlite3.OperationalError as exc:
+            raise StorageError(str(exc)) from exc
         try:
             self._init_db()
         except BaseException:
@@ -110,12 +112,6 @@ class RaftStorage:
             raise
 
     def _init_db(self) -> None:
-        conn = self._db()
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StorageError(f"{self._path}: cannot enable WAL journal (got {mode!r})")
-        # FULL: the WAL is fsynced at every commit, so a returned save() is on disk.
-        conn.execute("PRAGMA synchronous=FULL")
         with self._transaction() as c:
             for stmt in _SCHEMA:
                 c.execute(stmt)

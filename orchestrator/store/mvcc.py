@@ -93,6 +93,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from ..dbthread import open_wal
 from ..raft.types import Entry, EntryType
 from .types import (
     MAX_KEY_BYTES,
@@ -365,11 +366,14 @@ class MVCCStore:
         self._ring_bytes = 0  # Σ _event_bytes over the ring
         self._ring_floor = 2
         self._compacted = False  # a compaction ran in the current apply batch
-        # isolation_level=None: transactions are explicit, so the applied index and the changes
-        # it covers are committed together.
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            self._path, check_same_thread=False, isolation_level=None
-        )
+        # NORMAL, not FULL: the Raft log is the durable record (fsynced before anything is
+        # acknowledged), so this database need not fsync each commit. WAL+NORMAL stays
+        # consistent: a power cut can only lose the last commits, moving the applied index
+        # back; the driver then replays those entries from the log, or restores the durable
+        # snapshot if the log was compacted past them (it only compacts behind a snapshot
+        # fsynced in the Raft database). This halves the fsyncs on the write path.
+        # Transactions are explicit, so the applied index commits with the changes it covers.
+        self._conn: sqlite3.Connection | None = open_wal(self._path, synchronous="NORMAL")
         try:
             self._init_db()
         except BaseException:
@@ -379,16 +383,6 @@ class MVCCStore:
     # ------------------------------------------------------------------ setup
     def _init_db(self) -> None:
         conn = self._db()
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise RuntimeError(f"{self._path}: cannot enable WAL journal (got {mode!r})")
-        # NORMAL, not FULL: the Raft log is the durable record (fsynced before anything is
-        # acknowledged), so this database need not fsync each commit. WAL+NORMAL stays
-        # consistent: a power cut can only lose the last commits, moving the applied index
-        # back; the driver then replays those entries from the log, or restores the durable
-        # snapshot if the log was compacted past them (it only compacts behind a snapshot
-        # fsynced in the Raft database). This halves the fsyncs on the write path.
-        conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
         conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
         conn.execute("PRAGMA temp_store=MEMORY")

@@ -15,42 +15,22 @@ what used to go wrong.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import struct
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import msgpack
 import pytest
 import trio
+from cluster import Cluster, raw_request
 
 from orchestrator.raft.codec import encode_message
 from orchestrator.raft.framing import FrameDecoder, encode_frame
 from orchestrator.raft.types import Message, MsgType
 from orchestrator.store.client import Indeterminate, StoreClient
-
-
-def _load_cluster_module() -> ModuleType:
-    # tests/ is not a package, so load the helper by path (once) under a private name.
-    name = "_orchestrator_tests_cluster"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "cluster.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-cluster_mod = _load_cluster_module()
-Cluster = cluster_mod.Cluster
-raw_request = cluster_mod.raw_request
 
 pytestmark = pytest.mark.slow
 

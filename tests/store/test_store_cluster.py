@@ -21,7 +21,6 @@ conditions are polled against deadlines, never waited for with a fixed sleep.
 from __future__ import annotations
 
 import bisect
-import importlib.util
 import itertools
 import json
 import os
@@ -32,34 +31,15 @@ import time
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import trio
+from cluster import Cluster
 
 from orchestrator.sim.linearizability import Operation, check_history
 from orchestrator.store.client import Indeterminate, RequestFailed, StoreClient
 from orchestrator.store.types import Compacted, Event, EventType, NoQuorum, Unavailable
-
-
-def _load_cluster_module() -> ModuleType:
-    # tests/ is not a package: load the helper by path, once, under the name the other
-    # process tests use (so the module is shared when both files run in one session).
-    name = "_orchestrator_tests_cluster"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "cluster.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-cluster_mod = _load_cluster_module()
-Cluster = cluster_mod.Cluster
 
 pytestmark = pytest.mark.slow
 
