@@ -26,6 +26,10 @@ same pattern, writers talking to the leader, the watcher to a follower, through 
         client was the bottleneck; the raw client costs ~45 us.) The gateway transcodes JSON to
         gRPC inside etcd, which costs etcd CPU, so this flatters us; the headline ratio is
         therefore against grpc.
+Both clusters of the same size run side by side and the points alternate (ours, then etcd, at
+each concurrency), so that a change in background load does not land on one system only. Each
+cluster keeps its data from point to point (as a real store would), so later points run against
+a bigger store.
 
 Measures. A put counts when it is acknowledged within the window; its latency is send -> ack.
 Watch delivery latency: each value starts with the writer's CLOCK_MONOTONIC time taken just
@@ -301,9 +305,14 @@ class _Tally:
             self.first_error = repr(exc)[:300]
 
     def result(self) -> dict[str, Any]:
-        return {"ok": self.ok, "errors": self.errors, "first_error": self.first_error,
-                "cpu_s": _cpu_self() - self.cpu0, "late_s": self.late_s,
-                "latencies_ms": self.latencies}
+        return {
+            "ok": self.ok,
+            "errors": self.errors,
+            "first_error": self.first_error,
+            "cpu_s": _cpu_self() - self.cpu0,
+            "late_s": self.late_s,
+            "latencies_ms": self.latencies,
+        }
 
 
 class _WatchTally:
@@ -323,8 +332,12 @@ class _WatchTally:
                 self.other += 1
 
     def result(self) -> dict[str, Any]:
-        return {"events": len(self.latencies), "other_events": self.other,
-                "cpu_s": _cpu_self() - self.cpu0, "latencies_ms": self.latencies}
+        return {
+            "events": len(self.latencies),
+            "other_events": self.other,
+            "cpu_s": _cpu_self() - self.cpu0,
+            "latencies_ms": self.latencies,
+        }
 
 
 async def _ours_put(args: argparse.Namespace) -> dict[str, Any]:
@@ -376,7 +389,10 @@ async def _etcd_http_put(args: argparse.Namespace) -> dict[str, Any]:
 
     def body(key: str, stamp: bytes) -> bytes:
         return b'{"key":"%s","value":"%s%s"}' % (
-            base64.b64encode(key.encode()), base64.b64encode(stamp), pad_b64)
+            base64.b64encode(key.encode()),
+            base64.b64encode(stamp),
+            pad_b64,
+        )
 
     conns = []
     for _ in range(args.tasks):
@@ -414,10 +430,14 @@ async def _etcd_http_put(args: argparse.Namespace) -> dict[str, Any]:
 async def _etcd_http_watch(args: argparse.Namespace) -> dict[str, Any]:
     tally = _WatchTally(args.start_at, args.duration)
     prefix = args.prefix.encode()
-    req = json.dumps({"create_request": {
-        "key": base64.b64encode(prefix).decode(),
-        "range_end": base64.b64encode(_prefix_end(prefix)).decode(),
-    }}).encode()
+    req = json.dumps(
+        {
+            "create_request": {
+                "key": base64.b64encode(prefix).decode(),
+                "range_end": base64.b64encode(_prefix_end(prefix)).decode(),
+            }
+        }
+    ).encode()
     conn = await _Http.connect(args.endpoints.split(",")[0])
     with trio.move_on_after(args.start_at + args.duration + args.grace - time.monotonic()):
         await conn.send("/v3/watch", req)
@@ -434,10 +454,12 @@ async def _etcd_http_watch(args: argparse.Namespace) -> dict[str, Any]:
                 result = json.loads(line).get("result", {})
                 if result.get("canceled"):
                     raise RuntimeError(f"etcd canceled the watch: {result}")
-                tally.seen([
-                    float(base64.b64decode(ev["kv"]["value"][:STAMP_B64])[: STAMP_LEN - 1])
-                    for ev in result.get("events", ())
-                ])
+                tally.seen(
+                    [
+                        float(base64.b64decode(ev["kv"]["value"][:STAMP_B64])[: STAMP_LEN - 1])
+                        for ev in result.get("events", ())
+                    ]
+                )
     return tally.result()
 
 
@@ -500,7 +522,8 @@ async def _etcd_grpc_watch(args: argparse.Namespace) -> dict[str, Any]:
 
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(
-                receive(), args.start_at + args.duration + args.grace - time.monotonic())
+                receive(), args.start_at + args.duration + args.grace - time.monotonic()
+            )
         call.cancel()
     return tally.result()
 
@@ -551,8 +574,9 @@ class EtcdCluster:
         self.names = [f"m{i + 1}" for i in range(size)]
         self.client_ports = ports[1::2]
         self.peer_ports = ports[0::2]
-        self.initial = ",".join(f"{n}=http://127.0.0.1:{p}"
-                                for n, p in zip(self.names, self.peer_ports, strict=True))
+        self.initial = ",".join(
+            f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports, strict=True)
+        )
         self.procs: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -560,26 +584,45 @@ class EtcdCluster:
         return [f"127.0.0.1:{p}" for p in self.client_ports]
 
     def __enter__(self) -> EtcdCluster:
-        for name, cport, pport in zip(self.names, self.client_ports, self.peer_ports,
-                                      strict=True):
+        for name, cport, pport in zip(self.names, self.client_ports, self.peer_ports, strict=True):
             data = self.root / name
             data.mkdir(parents=True, exist_ok=True)
             argv = [
-                self.binary, "--name", name, "--data-dir", str(data / "data"),
-                "--listen-client-urls", f"http://127.0.0.1:{cport}",
-                "--advertise-client-urls", f"http://127.0.0.1:{cport}",
-                "--listen-peer-urls", f"http://127.0.0.1:{pport}",
-                "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
-                "--initial-cluster", self.initial, "--initial-cluster-state", "new",
-                "--initial-cluster-token", "store-bench",
-                "--logger", "zap", "--log-level", "warn",
+                self.binary,
+                "--name",
+                name,
+                "--data-dir",
+                str(data / "data"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{cport}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{cport}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{pport}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{pport}",
+                "--initial-cluster",
+                self.initial,
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                "store-bench",
+                "--logger",
+                "zap",
+                "--log-level",
+                "warn",
             ]
             with open(data / "etcd.log", "ab") as logf:
-                self.procs.append(subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    preexec_fn=self._pdeathsig if sys.platform == "linux" else None,
-                ))
+                self.procs.append(
+                    subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=logf,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        preexec_fn=self._pdeathsig if sys.platform == "linux" else None,
+                    )
+                )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -595,8 +638,9 @@ class EtcdCluster:
                 p.wait()
 
     def status(self, i: int) -> dict[str, Any] | None:
-        req = urllib.request.Request(f"http://{self.endpoints[i]}/v3/maintenance/status",
-                                     data=b"{}", method="POST")
+        req = urllib.request.Request(
+            f"http://{self.endpoints[i]}/v3/maintenance/status", data=b"{}", method="POST"
+        )
         try:
             with urllib.request.urlopen(req, timeout=2) as resp:
                 return json.loads(resp.read())
@@ -677,14 +721,33 @@ def _cpu_of(pids: list[int]) -> float:
     return sum(proc_cpu(pid) or 0.0 for pid in pids)
 
 
-def _spawn(kind: str, endpoints: list[str], tasks: int, prefix: str, start_at: float,
-           args: argparse.Namespace) -> subprocess.Popen[bytes]:
+def _spawn(
+    kind: str,
+    endpoints: list[str],
+    tasks: int,
+    prefix: str,
+    start_at: float,
+    args: argparse.Namespace,
+) -> subprocess.Popen[bytes]:
     argv = [
-        sys.executable, str(Path(__file__).resolve()), "--worker", kind,
-        "--endpoints", ",".join(endpoints), "--tasks", str(tasks),
-        "--duration", str(args.duration), "--start-at", repr(start_at),
-        "--grace", str(args.watch_grace), "--prefix", prefix,
-        "--value-bytes", str(args.value_bytes),
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        kind,
+        "--endpoints",
+        ",".join(endpoints),
+        "--tasks",
+        str(tasks),
+        "--duration",
+        str(args.duration),
+        "--start-at",
+        repr(start_at),
+        "--grace",
+        str(args.watch_grace),
+        "--prefix",
+        prefix,
+        "--value-bytes",
+        str(args.value_bytes),
     ]
     return subprocess.Popen(argv, stdout=subprocess.PIPE)
 
@@ -696,10 +759,17 @@ def _collect(proc: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
     return json.loads(out)
 
 
-def run_point(system: str, client: str, n_servers: int, concurrency: int,
-              write_endpoints: list[str], watch_endpoint: str | None,
-              server_pids: list[int], args: argparse.Namespace,
-              profile_pid: int | None = None) -> dict[str, Any]:
+def run_point(
+    system: str,
+    client: str,
+    n_servers: int,
+    concurrency: int,
+    write_endpoints: list[str],
+    watch_endpoint: str | None,
+    server_pids: list[int],
+    args: argparse.Namespace,
+    profile_pid: int | None = None,
+) -> dict[str, Any]:
     idle_busy = _wait_quiet(args.quiet_wait) if args.quiet_wait > 0 else 0.0
     shares = _split(concurrency, args.client_procs)
     start_at = time.monotonic() + args.startup_s
@@ -710,20 +780,41 @@ def run_point(system: str, client: str, n_servers: int, concurrency: int,
         watcher = _spawn(f"{kind}-watch", [watch_endpoint], 1, prefix, start_at, args)
     # write_endpoints lists the leader first: "leader" sends every writer there, "spread"
     # starts writer process p at member p (a follower forwards the write to the leader).
-    rot = [write_endpoints[p % len(write_endpoints):] + write_endpoints[:p % len(write_endpoints)]
-           if args.write_to == "spread" else write_endpoints for p in range(len(shares))]
-    writers = [_spawn(f"{kind}-put", rot[p], share, f"{prefix}p{p}-", start_at, args)
-               for p, share in enumerate(shares)]
+    rot = [
+        write_endpoints[p % len(write_endpoints) :] + write_endpoints[: p % len(write_endpoints)]
+        if args.write_to == "spread"
+        else write_endpoints
+        for p in range(len(shares))
+    ]
+    writers = [
+        _spawn(f"{kind}-put", rot[p], share, f"{prefix}p{p}-", start_at, args)
+        for p, share in enumerate(shares)
+    ]
     # Server CPU is sampled around the window (the clients warm up before start_at).
     time.sleep(max(0.0, start_at - time.monotonic()))
     spy = None
     leader0 = (0.0, 0.0)
     if profile_pid is not None:
         spy = subprocess.Popen(
-            [args.py_spy, "record", "--format", "raw", "--threads", "--rate", "100",
-             *args.py_spy_args.split(), "-d", str(int(args.duration)), "-p", str(profile_pid),
-             "-o", args.profile_file],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            [
+                args.py_spy,
+                "record",
+                "--format",
+                "raw",
+                "--threads",
+                "--rate",
+                "100",
+                *args.py_spy_args.split(),
+                "-d",
+                str(int(args.duration)),
+                "-p",
+                str(profile_pid),
+                "-o",
+                args.profile_file,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         leader0 = _main_and_process_cpu(profile_pid)
     cpu0, mach0 = _cpu_of(server_pids), _machine_cpu()
     time.sleep(max(0.0, start_at + args.duration - time.monotonic()))
@@ -731,9 +822,11 @@ def run_point(system: str, client: str, n_servers: int, concurrency: int,
     leader_threads: dict[str, float] = {}
     if profile_pid is not None:
         main1, proc1 = _main_and_process_cpu(profile_pid)
-        leader_threads = {"main thread (trio loop)": main1 - leader0[0],
-                          "other threads (SQLite, fsync; trio workers)":
-                          (proc1 - leader0[1]) - (main1 - leader0[0])}
+        leader_threads = {
+            "main thread (trio loop)": main1 - leader0[0],
+            "other threads (SQLite, fsync; trio workers)": (proc1 - leader0[1])
+            - (main1 - leader0[0]),
+        }
     results = [_collect(w, args.duration + 120) for w in writers]
     wres = _collect(watcher, args.watch_grace + 120) if watcher is not None else None
     if spy is not None:
@@ -796,10 +889,17 @@ class _OursTarget:
     def run(self, c: int, args: argparse.Namespace, *, profile: bool) -> dict[str, Any]:
         cl = self.cluster
         others = [ep for i, ep in enumerate(cl.endpoints) if i != self.leader]
-        row = run_point("ours", "msgpack", self.n, c, [cl.endpoint(self.leader), *others],
-                        None if args.no_watch else cl.endpoint(self.follower),
-                        [cl.pid(i) for i in cl.running()], args,
-                        profile_pid=cl.pid(self.leader) if profile else None)
+        row = run_point(
+            "ours",
+            "msgpack",
+            self.n,
+            c,
+            [cl.endpoint(self.leader), *others],
+            None if args.no_watch else cl.endpoint(self.follower),
+            [cl.pid(i) for i in cl.running()],
+            args,
+            profile_pid=cl.pid(self.leader) if profile else None,
+        )
         cl.check_alive()
         if trio.run(cl.leader_index) != self.leader:
             print("# note: our leader changed during this point", flush=True)
@@ -822,18 +922,28 @@ class _EtcdTarget:
     def run(self, c: int, client: str, args: argparse.Namespace) -> dict[str, Any]:
         e = self.etcd
         others = [ep for i, ep in enumerate(e.endpoints) if i != self.leader]
-        row = run_point("etcd", client, self.n, c, [e.endpoints[self.leader], *others],
-                        None if args.no_watch else e.endpoints[self.follower], e.pids(), args)
+        row = run_point(
+            "etcd",
+            client,
+            self.n,
+            c,
+            [e.endpoints[self.leader], *others],
+            None if args.no_watch else e.endpoints[self.follower],
+            e.pids(),
+            args,
+        )
         if e.wait_leader() != self.leader:
             print("# note: the etcd leader changed during this point", flush=True)
             self._find_leader()
         return row
 
 
-HEADER = (f"{'system':<9} {'srv':>3} {'conc':>4} {'puts/s':>7} {'p50 ms':>7} {'p99 ms':>8} "
-          f"{'watch p50':>9} {'watch p99':>9} {'w.events':>8} {'cli CPU s':>9} "
-          f"{'wch CPU s':>9} {'srv CPU s':>9} {'srv us/put':>10} {'box %':>5} {'oth %':>5} "
-          f"{'err':>4}")
+HEADER = (
+    f"{'system':<9} {'srv':>3} {'conc':>4} {'puts/s':>7} {'p50 ms':>7} {'p99 ms':>8} "
+    f"{'watch p50':>9} {'watch p99':>9} {'w.events':>8} {'cli CPU s':>9} "
+    f"{'wch CPU s':>9} {'srv CPU s':>9} {'srv us/put':>10} {'box %':>5} {'oth %':>5} "
+    f"{'err':>4}"
+)
 
 
 def _label(r: dict[str, Any]) -> str:
@@ -841,31 +951,43 @@ def _label(r: dict[str, Any]) -> str:
 
 
 def _print_row(r: dict[str, Any]) -> None:
-    print(f"{_label(r):<9} {r['servers']:>3} {r['concurrency']:>4} {r['puts_per_s']:>7.0f} "
-          f"{r['p50_ms']:>7.2f} {r['p99_ms']:>8.2f} {r['watch_p50_ms']:>9.2f} "
-          f"{r['watch_p99_ms']:>9.2f} {r['watch_events']:>8} {r['client_cpu_s']:>9.2f} "
-          f"{r['watch_cpu_s']:>9.2f} {r['server_cpu_s']:>9.2f} {r['server_us_per_put']:>10.0f} "
-          f"{r['box_cpu_pct']:>5.0f} {r['other_cpu_pct']:>5.0f} {r['errors']:>4}", flush=True)
+    print(
+        f"{_label(r):<9} {r['servers']:>3} {r['concurrency']:>4} {r['puts_per_s']:>7.0f} "
+        f"{r['p50_ms']:>7.2f} {r['p99_ms']:>8.2f} {r['watch_p50_ms']:>9.2f} "
+        f"{r['watch_p99_ms']:>9.2f} {r['watch_events']:>8} {r['client_cpu_s']:>9.2f} "
+        f"{r['watch_cpu_s']:>9.2f} {r['server_cpu_s']:>9.2f} {r['server_us_per_put']:>10.0f} "
+        f"{r['box_cpu_pct']:>5.0f} {r['other_cpu_pct']:>5.0f} {r['errors']:>4}",
+        flush=True,
+    )
     if r["first_error"]:
         print(f"#   first error: {r['first_error']}", flush=True)
     if r["late_start_s"] > 0.05:
-        print(f"#   a client process started {r['late_start_s']:.2f}s late "
-              f"(raise --startup-s)", flush=True)
+        print(
+            f"#   a client process started {r['late_start_s']:.2f}s late (raise --startup-s)",
+            flush=True,
+        )
 
 
 def _comparison(rows: list[dict[str, Any]], clients: list[str], n: int) -> dict[str, Any]:
     """Print the ours-vs-etcd table at `n` servers; return the ratio figures."""
     ours = {r["concurrency"]: r for r in rows if r["system"] == "ours" and r["servers"] == n}
-    etcd = {(r["client"], r["concurrency"]): r
-            for r in rows if r["system"] == "etcd" and r["servers"] == n}
+    etcd = {
+        (r["client"], r["concurrency"]): r
+        for r in rows
+        if r["system"] == "etcd" and r["servers"] == n
+    }
     ratios: dict[str, Any] = {}
     if not ours or not etcd:
         return ratios
-    print(f"\n# ours vs etcd, {n} servers each (ratio = ours / etcd; latency ratios > 1 mean "
-          f"ours is slower)")
-    print(f"{'conc':>4} {'etcd via':<8} {'ours puts/s':>11} {'etcd puts/s':>11} "
-          f"{'puts ratio':>10} {'ours p99':>8} {'etcd p99':>8} {'ours wch99':>10} "
-          f"{'etcd wch99':>10} {'ours srv us/put':>15} {'etcd srv us/put':>15}")
+    print(
+        f"\n# ours vs etcd, {n} servers each (ratio = ours / etcd; latency ratios > 1 mean "
+        f"ours is slower)"
+    )
+    print(
+        f"{'conc':>4} {'etcd via':<8} {'ours puts/s':>11} {'etcd puts/s':>11} "
+        f"{'puts ratio':>10} {'ours p99':>8} {'etcd p99':>8} {'ours wch99':>10} "
+        f"{'etcd wch99':>10} {'ours srv us/put':>15} {'etcd srv us/put':>15}"
+    )
     for c in sorted(ours):
         o = ours[c]
         for client in clients:
@@ -873,25 +995,31 @@ def _comparison(rows: list[dict[str, Any]], clients: list[str], n: int) -> dict[
             if e is None:
                 continue
             ratio = o["puts_per_s"] / e["puts_per_s"] if e["puts_per_s"] else float("nan")
-            print(f"{c:>4} {client:<8} {o['puts_per_s']:>11.0f} {e['puts_per_s']:>11.0f} "
-                  f"{ratio:>10.3f} {o['p99_ms']:>8.1f} {e['p99_ms']:>8.1f} "
-                  f"{o['watch_p99_ms']:>10.1f} {e['watch_p99_ms']:>10.1f} "
-                  f"{o['server_us_per_put']:>15.0f} {e['server_us_per_put']:>15.0f}")
+            print(
+                f"{c:>4} {client:<8} {o['puts_per_s']:>11.0f} {e['puts_per_s']:>11.0f} "
+                f"{ratio:>10.3f} {o['p99_ms']:>8.1f} {e['p99_ms']:>8.1f} "
+                f"{o['watch_p99_ms']:>10.1f} {e['watch_p99_ms']:>10.1f} "
+                f"{o['server_us_per_put']:>15.0f} {e['server_us_per_put']:>15.0f}"
+            )
             ratios[f"ratio_vs_etcd_{client}_c{c}"] = ratio
             ratios[f"p99_ratio_vs_etcd_{client}_c{c}"] = o["p99_ms"] / e["p99_ms"]
             ratios[f"cpu_per_put_ratio_vs_etcd_{client}_c{c}"] = (
-                o["server_us_per_put"] / e["server_us_per_put"])
+                o["server_us_per_put"] / e["server_us_per_put"]
+            )
             if client == clients[0]:
                 ratios[f"ratio_vs_etcd_c{c}"] = ratio
     return ratios
 
 
-def _profile_summary(path: str, duration: float, thread_cpu: dict[str, float],
-                     top: int = 20) -> dict[str, Any]:
+def _profile_summary(
+    path: str, duration: float, thread_cpu: dict[str, float], top: int = 20
+) -> dict[str, Any]:
     """Print the leader's CPU by thread (/proc) and the top functions (self and inclusive
     samples) of a py-spy raw profile."""
-    print(f"\n# our leader's CPU by thread over the {duration:g}s window (/proc; 100% = one "
-          f"core): {100 * sum(thread_cpu.values()) / duration:.1f}% in all")
+    print(
+        f"\n# our leader's CPU by thread over the {duration:g}s window (/proc; 100% = one "
+        f"core): {100 * sum(thread_cpu.values()) / duration:.1f}% in all"
+    )
     for name, cpu in sorted(thread_cpu.items(), key=lambda kv: -kv[1]):
         print(f"#   {100 * cpu / duration:6.1f}%  {name}")
     self_c: Counter[str] = Counter()
@@ -918,8 +1046,10 @@ def _profile_summary(path: str, duration: float, thread_cpu: dict[str, float],
             for fn in set(funcs):
                 incl_c[fn] += count
     wall = duration * 100.0  # samples of one thread busy the whole time at --rate 100
-    print(f"# py-spy on our leader: {total} samples over {duration:g}s at 100 Hz "
-          f"(100% = one thread sampled all the time); by thread:")
+    print(
+        f"# py-spy on our leader: {total} samples over {duration:g}s at 100 Hz "
+        f"(100% = one thread sampled all the time); by thread:"
+    )
     for t, n in threads.most_common(8):
         print(f"#   {100 * n / wall:6.1f}%  {t}")
     print("# top functions by self samples:")
@@ -928,8 +1058,12 @@ def _profile_summary(path: str, duration: float, thread_cpu: dict[str, float],
     print("# top functions by inclusive samples:")
     for fn, n in incl_c.most_common(top):
         print(f"#   {100 * n / wall:6.1f}%  {fn}")
-    return {"samples": total, "threads": dict(threads.most_common(8)),
-            "self_top": self_c.most_common(top), "inclusive_top": incl_c.most_common(top)}
+    return {
+        "samples": total,
+        "threads": dict(threads.most_common(8)),
+        "self_top": self_c.most_common(top),
+        "inclusive_top": incl_c.most_common(top),
+    }
 
 
 def main() -> int:
@@ -937,36 +1071,67 @@ def main() -> int:
         return worker_main(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--servers", default="1,3", help="cluster sizes (ours), comma-separated")
-    ap.add_argument("--concurrency", default="1,64,512",
-                    help="puts in flight (over all client processes), comma-separated")
+    ap.add_argument(
+        "--concurrency",
+        default="1,64,512",
+        help="puts in flight (over all client processes), comma-separated",
+    )
     ap.add_argument("--duration", type=float, default=10.0, help="seconds measured per point")
     ap.add_argument("--client-procs", type=int, default=4, help="load-generating processes")
     ap.add_argument("--value-bytes", type=int, default=1024)
     ap.add_argument("--no-watch", action="store_true", help="no watcher process")
-    ap.add_argument("--watch-grace", type=float, default=5.0,
-                    help="seconds the watcher keeps listening after the window")
-    ap.add_argument("--startup-s", type=float, default=3.0,
-                    help="time given to the client processes to start and connect")
-    ap.add_argument("--quiet-wait", type=float, default=30.0,
-                    help="before each point, wait up to this many seconds for the machine to "
-                    "be at most 25%% busy (a shared machine); 0 = do not wait")
-    ap.add_argument("--write-to", choices=["leader", "spread"], default="leader",
-                    help="leader: every writer talks to the leader (both systems); spread: "
-                    "writer process p talks to member p, followers forward to the leader")
+    ap.add_argument(
+        "--watch-grace",
+        type=float,
+        default=5.0,
+        help="seconds the watcher keeps listening after the window",
+    )
+    ap.add_argument(
+        "--startup-s",
+        type=float,
+        default=3.0,
+        help="time given to the client processes to start and connect",
+    )
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=30.0,
+        help="before each point, wait up to this many seconds for the machine to "
+        "be at most 25%% busy (a shared machine); 0 = do not wait",
+    )
+    ap.add_argument(
+        "--write-to",
+        choices=["leader", "spread"],
+        default="leader",
+        help="leader: every writer talks to the leader (both systems); spread: "
+        "writer process p talks to member p, followers forward to the leader",
+    )
     ap.add_argument("--vs-etcd", action="store_true", help="also measure an etcd cluster")
     ap.add_argument("--etcd-bin", default="etcd")
     ap.add_argument("--etcd-servers", type=int, default=3, help="etcd cluster size")
-    ap.add_argument("--etcd-client", default="grpc,http",
-                    help="how to talk to etcd: grpc (native; the headline ratio uses the first "
-                    "listed) and/or http (the JSON gateway)")
-    ap.add_argument("--profile", metavar="S:C",
-                    help="py-spy our leader during the point with S servers, concurrency C")
-    ap.add_argument("--py-spy-args", default="--gil",
-                    help="extra py-spy record options (default --gil: only the thread holding "
-                    "the GIL, i.e. Python code on a CPU; py-spy's own idle detection counts "
-                    "threads in fsync as busy)")
-    ap.add_argument("--profile-file", default="",
-                    help="where py-spy writes its raw profile (default: in the temp dir)")
+    ap.add_argument(
+        "--etcd-client",
+        default="grpc,http",
+        help="how to talk to etcd: grpc (native; the headline ratio uses the first "
+        "listed) and/or http (the JSON gateway)",
+    )
+    ap.add_argument(
+        "--profile",
+        metavar="S:C",
+        help="py-spy our leader during the point with S servers, concurrency C",
+    )
+    ap.add_argument(
+        "--py-spy-args",
+        default="--gil",
+        help="extra py-spy record options (default --gil: only the thread holding "
+        "the GIL, i.e. Python code on a CPU; py-spy's own idle detection counts "
+        "threads in fsync as busy)",
+    )
+    ap.add_argument(
+        "--profile-file",
+        default="",
+        help="where py-spy writes its raw profile (default: in the temp dir)",
+    )
     ap.add_argument("--keep-data", action="store_true", help="keep the data directories")
     args = ap.parse_args()
     if args.value_bytes < STAMP_LEN:
@@ -994,10 +1159,13 @@ def main() -> int:
     if etcd_bin:
         out = subprocess.run([etcd_bin, "--version"], capture_output=True, text=True).stdout
         etcd_version = out.splitlines()[0].split()[-1] if out else "?"
-    print(f"# {os.cpu_count()} CPUs, {args.duration:g}s per point, {args.client_procs} client "
-          f"processes + {'no watcher' if args.no_watch else '1 watcher'}, "
-          f"{args.value_bytes}-byte values, fsync on, data in {root}"
-          + (f"; etcd {etcd_version} via {'+'.join(clients)}" if etcd_bin else ""), flush=True)
+    print(
+        f"# {os.cpu_count()} CPUs, {args.duration:g}s per point, {args.client_procs} client "
+        f"processes + {'no watcher' if args.no_watch else '1 watcher'}, "
+        f"{args.value_bytes}-byte values, fsync on, data in {root}"
+        + (f"; etcd {etcd_version} via {'+'.join(clients)}" if etcd_bin else ""),
+        flush=True,
+    )
     print(HEADER, flush=True)
     etcd_n = args.etcd_servers if etcd_bin else None
     try:
@@ -1008,14 +1176,16 @@ def main() -> int:
             with contextlib.ExitStack() as stack:
                 ours = None
                 if n in sizes:
-                    cluster = stack.enter_context(cluster_mod.Cluster(
-                        root / f"ours-{n}", n, tick_ms=100, log_level="warning"))
+                    cluster = stack.enter_context(
+                        cluster_mod.Cluster(root / f"ours-{n}", n, tick_ms=100, log_level="warning")
+                    )
                     ours = _OursTarget(cluster, n)
                 etcd = None
                 if n == etcd_n:
                     assert etcd_bin is not None
-                    etcd = _EtcdTarget(stack.enter_context(
-                        EtcdCluster(root / f"etcd-{n}", n, etcd_bin)), n)
+                    etcd = _EtcdTarget(
+                        stack.enter_context(EtcdCluster(root / f"etcd-{n}", n, etcd_bin)), n
+                    )
                 for c in levels:
                     if ours is not None:
                         spy = profile_point == (n, c)
@@ -1023,9 +1193,11 @@ def main() -> int:
                         rows.append(row)
                         _print_row(row)
                         if spy and os.path.exists(args.profile_file):
-                            profile = {"point": list(profile_point or ()),
-                                       "file": args.profile_file,
-                                       "thread_cpu_s": row["profiled_leader_thread_cpu_s"]}
+                            profile = {
+                                "point": list(profile_point or ()),
+                                "file": args.profile_file,
+                                "thread_cpu_s": row["profiled_leader_thread_cpu_s"],
+                            }
                     if etcd is not None:
                         for client in clients:
                             row = etcd.run(c, client, args)
@@ -1033,15 +1205,27 @@ def main() -> int:
                             _print_row(row)
         ratios = _comparison(rows, clients, args.etcd_servers) if etcd_bin else {}
         if profile is not None:
-            profile.update(_profile_summary(profile["file"], args.duration,
-                                            profile["thread_cpu_s"]))
+            profile.update(
+                _profile_summary(profile["file"], args.duration, profile["thread_cpu_s"])
+            )
     finally:
         if not args.keep_data:
             shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps({"bench": "store_put_watch", "duration_s": args.duration,
-                      "value_bytes": args.value_bytes, "cpus": os.cpu_count(),
-                      "client_procs": args.client_procs, "etcd_version": etcd_version,
-                      **ratios, "results": rows, "profile": profile}))
+    print(
+        json.dumps(
+            {
+                "bench": "store_put_watch",
+                "duration_s": args.duration,
+                "value_bytes": args.value_bytes,
+                "cpus": os.cpu_count(),
+                "client_procs": args.client_procs,
+                "etcd_version": etcd_version,
+                **ratios,
+                "results": rows,
+                "profile": profile,
+            }
+        )
+    )
     return 0
 
 
