@@ -386,10 +386,19 @@ class RaftCore:
         # may be campaigning legitimately: refusing it could leave the cluster leaderless.
         if m.type in (MsgType.VOTE, MsgType.PRE_VOTE) and m.frm in self._pending_members():
             return True
-        # Anything else from a non-member is dropped, so an outsider can neither disrupt us with
-        # a high term nor claim leadership. (The price: a follower that lags behind the entry
-        # adding a member which then becomes leader waits until leadership moves to a member it
-        # knows; peers authenticate each other in a later layer.)
+        # A leader elected after changes we have not caught up with (we were down while it
+        # was added) must be able to reach us, or we never catch up. Accept it when we have
+        # not heard from a leader we know for an election timeout: a healthy follower thus
+        # ignores an outsider's claims (and its high term).
+        heard_recently = self.lead != NONE and self.election_elapsed < self.cfg.election_tick
+        if (
+            m.type in (MsgType.APP, MsgType.HEARTBEAT, MsgType.SNAP)
+            and m.term >= self.term
+            and (m.frm == self.lead or not heard_recently)
+        ):
+            return True
+        # Anything else from a non-member is dropped. (Peers authenticate each other in a later
+        # layer; until then an outsider can at most confuse a server that has no live leader.)
         self.notes.append(f"dropped {m.type.name} from non-member {m.frm}")
         return False
 

@@ -299,14 +299,17 @@ class RaftNode:
             await self._raft_db.run(self.storage.save, hard_state, entries)
             self.peers = dict(cfg.founders)
             await self._raft_db.run(self.storage.save_peers, self.peers)
-        if state.snapshot is not None:
-            self._snapshot = state.snapshot
-            book, sm_data = _unpack_snapshot(state.snapshot.data)
-            if await self._sm_db.run(self.sm.applied_index) < state.snapshot.meta.index:
-                # We crashed between persisting a received snapshot and installing it.
-                await self._sm_db.run(self.sm.restore, state.snapshot.meta.index, sm_data)
-                self.peers, self.auto_promote = _unbook(book)
         applied = self._sm_applied = await self._sm_db.run(self.sm.applied_index)
+        if state.snapshot is not None:
+            self._snapshot = Snapshot(state.snapshot.meta)
+            if applied < state.snapshot.meta.index:
+                # Cannot happen: the state machine is synced before the log is compacted and
+                # before a received snapshot is recorded. Refuse rather than skip entries.
+                raise RuntimeError(
+                    f"{cfg.data_dir}: the state machine (applied {applied}) is behind the Raft "
+                    f"snapshot ({state.snapshot.meta.index}); restore this server from a backup "
+                    "or remove it and join it again"
+                )
         self.core = RaftCore(
             RaftConfig(
                 id=self.id,
@@ -441,19 +444,24 @@ class RaftNode:
         core = self.core
         for note in rd.notes:
             log.info("node %d: %s", self.id, note)
-        # 1. persist: one transaction for the whole batch.
-        if rd.must_persist():
-            await self._raft_db.run(self.storage.save, rd.hard_state, rd.entries, rd.snapshot)
-        # 2. send.
-        snaps_sent = []
-        for m in rd.messages:
-            if m.type is MsgType.SNAP:
-                m.snapshot = self._snapshot
-                snaps_sent.append(m.to)
-            self.transport.send(m)
-        # 3. apply.
+        # A received snapshot goes into the state machine (durably) before the Raft storage
+        # forgets the log it replaces: a crash in between then only repeats the install.
         if rd.snapshot is not None:
             await self._install_snapshot(rd.snapshot)
+        # A leader's messages do not depend on its own fsync (it counts its own log only
+        # once this Ready is persisted: acknowledgements are handled after it), so they go
+        # first and the followers' fsyncs overlap the leader's (Raft thesis §10.2.1).
+        # Everyone else's (votes, acknowledgements) must wait until the state is durable.
+        early = core.role is Role.LEADER
+        snaps_sent = await self._send(rd.messages) if early else []
+        # 1. persist: one transaction for the whole batch.
+        if rd.must_persist():
+            snap = None if rd.snapshot is None else Snapshot(rd.snapshot.meta)  # metadata only
+            await self._raft_db.run(self.storage.save, rd.hard_state, rd.entries, snap)
+        # 2. send.
+        if not early:
+            snaps_sent = await self._send(rd.messages)
+        # 3. apply.
         if rd.committed:
             await self._apply(rd.committed)
         for rs in rd.read_states:
@@ -472,11 +480,33 @@ class RaftNode:
         self._applied_event.set()
         self._applied_event = trio.Event()
 
+    async def _send(self, messages: list[Message]) -> list[NodeId]:
+        """Send; a SNAP gets a snapshot of the state machine as it is now. Returns the nodes a
+        snapshot went to."""
+        snaps_sent = []
+        for m in messages:
+            if m.type is MsgType.SNAP:
+                m.snapshot = await self._current_snapshot()
+                snaps_sent.append(m.to)
+            self.transport.send(m)
+        return snaps_sent
+
+    async def _current_snapshot(self) -> Snapshot:
+        """The state machine at its applied index, which (between Readies) is the core's: the
+        core knows that index's term and the membership there."""
+        core = self.core
+        index, sm_data = await self._sm_db.run(self.sm.snapshot)
+        term = core.log.term(index)
+        assert term is not None, f"applied index {index} below the log's start"
+        meta = SnapshotMeta(index, term, core.conf)
+        return Snapshot(meta, _pack_snapshot(_book(self.peers, self.auto_promote), sm_data))
+
     async def _install_snapshot(self, snap: Snapshot) -> None:
         book, sm_data = _unpack_snapshot(snap.data)
         await self._sm_db.run(self.sm.restore, snap.meta.index, sm_data)
+        await self._sm_db.run(self.sm.sync)
         self._sm_applied = snap.meta.index
-        self._snapshot = snap
+        self._snapshot = Snapshot(snap.meta)
         peers, self.auto_promote = _unbook(book)
         peers[self.id] = self.peers[self.id]
         await self._set_peers(peers)
@@ -597,17 +627,19 @@ class RaftNode:
             )
 
     async def _take_snapshot(self) -> None:
+        """Compact the log behind the state machine: its database is the snapshot, so make it
+        durable and record only the metadata (index, term, membership) with the log."""
         core = self.core
-        index, sm_data = await self._sm_db.run(self.sm.snapshot)
+        await self._sm_db.run(self.sm.sync)
+        index = self._sm_applied
         term = core.log.term(index)
         if term is None:
             return
         meta = SnapshotMeta(index, term, core.conf)
-        snap = Snapshot(meta, _pack_snapshot(_book(self.peers, self.auto_promote), sm_data))
         upto = max(core.log.offset, index - self.cfg.keep_tail)
-        await self._raft_db.run(self.storage.compact, snap, upto)
+        await self._raft_db.run(self.storage.compact, Snapshot(meta), upto)
         core.compact(meta, upto)
-        self._snapshot = snap
+        self._snapshot = Snapshot(meta)
         self._db_bytes = await self._raft_db.run(self.storage.size_bytes)
         log.info("node %d: snapshot at %d, log compacted to %d", self.id, index, upto)
 

@@ -10,6 +10,10 @@ Invariants every implementation must keep:
 - `snapshot()` returns the applied index together with data describing exactly the state at that
   index; `restore(index, data)` replaces the whole state with it and sets the applied index to
   `index`, atomically.
+- `sync()` makes everything applied so far survive a power cut. `apply` itself need not fsync
+  (the Raft log is the durable record and is replayed), but the driver calls `sync()` before it
+  forgets log entries, and after `restore`: from then on the state machine's own database is
+  the snapshot, so the Raft storage keeps only the snapshot's metadata.
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ class StateMachine(Protocol):
 
     def restore(self, index: int, data: bytes) -> None:
         """Replace the whole state with a snapshot taken at `index`."""
+        ...
+
+    def sync(self) -> None:
+        """Make every applied change durable (fsync)."""
         ...
 
     def close(self) -> None: ...

@@ -50,6 +50,8 @@ class SimStateMachine(Protocol):
     def dispose(self) -> None:
         """Remove every trace (end of the simulation)."""
 
+    def sync(self) -> None: ...
+
 
 class MemoryKV:
     """A dictionary; no revisions, no events."""
@@ -126,6 +128,9 @@ class MemoryKV:
 
     def dispose(self) -> None:
         self.close()
+
+    def sync(self) -> None:
+        pass  # every apply is already durable here
 
 
 class MVCCMachine:
@@ -211,3 +216,6 @@ class MVCCMachine:
     def dispose(self) -> None:
         self.close()
         self._dir.cleanup()
+
+    def sync(self) -> None:
+        self._s().sync()

@@ -101,8 +101,9 @@ class SimNode:
         self.sm.open()
         snap = self.disk.snapshot
         if self.sm.applied_index() < snap.meta.index:
-            # Crash between persisting a received snapshot and installing it.
-            self.sm.restore(snap.meta.index, snap.data)
+            # RaftNode refuses to start like this: the state machine is synced before the log
+            # is compacted behind it.
+            raise SimFailure(f"node {self.id}: state machine behind its Raft snapshot")
         self.core = RaftCore(
             sim.raft_config(self.id),
             random.Random(sim.rng.random()),
@@ -225,12 +226,15 @@ class SimNode:
                 self.core.report_snapshot(m.to, True)
         applied = self.core.log.applied
         if applied - self.last_snapshot_index >= sim.snapshot_every:
-            index, data = self.sm.snapshot()
+            # Like RaftNode: the state machine's database is the snapshot; sync it and keep
+            # only the metadata with the log.
+            self.sm.sync()
+            index = self.sm.applied_index()
             term = self.core.log.term(index)
             assert term is not None
             meta = SnapshotMeta(index, term, self.core.conf)
             upto = max(self.core.log.offset, index - sim.keep_tail)
-            self.disk.snapshot = Snapshot(meta, data)
+            self.disk.snapshot = Snapshot(meta)
             self.disk.entries = [e for e in self.disk.entries if e.index > upto]
             self.core.compact(meta, upto)
             self.last_snapshot_index = index
@@ -404,10 +408,13 @@ class Simulation:
 
     def network_send(self, src: SimNode, m: Message) -> None:
         if m.type is MsgType.SNAP:
-            snap = src.disk.snapshot
-            if m.snapshot is None or snap.meta != m.snapshot.meta:
-                raise SimFailure(f"node {src.id} asked to send a snapshot it does not hold")
-            m.snapshot = snap
+            # Like RaftNode: a snapshot of the state machine as it is now (at the core's
+            # applied index: messages go out before this Ready's entries are applied).
+            index, data = src.sm.snapshot()
+            term = src.core.log.term(index)
+            if m.snapshot is None or term is None or index < m.snapshot.meta.index:
+                raise SimFailure(f"node {src.id} cannot make the snapshot it was asked for")
+            m.snapshot = Snapshot(SnapshotMeta(index, term, src.core.conf), data)
         if not self.reachable(m.frm, m.to) or self.rng.random() < self.drop_rate:
             return
         copies = 2 if self.rng.random() < self.dup_rate else 1

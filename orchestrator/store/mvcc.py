@@ -963,6 +963,11 @@ class MVCCStore:
             quota_bytes=self._quota,
         )
 
+    def sync(self) -> None:
+        """Make everything applied durable: a checkpoint syncs the WAL and the database file
+        (commits alone are not fsynced; see `open_wal` in `__init__`)."""
+        self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def maybe_checkpoint(self, max_wal_bytes: int = DEFAULT_MAX_WAL_BYTES) -> bool:
         """Checkpoint and truncate the WAL if it is larger than `max_wal_bytes`; returns
         whether it did. Call between applies (e.g. from a periodic task via the DbThread)."""
