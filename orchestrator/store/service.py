@@ -61,6 +61,9 @@ from .types import (
 log = logging.getLogger("orchestrator.store.service")
 
 MAX_CLIENT_FRAME = 4 << 20
+STORE_OPS = frozenset(
+    {"put", "cas", "delete", "get", "create", "update", "remove_key", "kv", "range", "revision"}
+)
 MAX_IN_FLIGHT_PER_CONN = 1024
 
 
@@ -178,8 +181,11 @@ class ClientService:
                 if op == "watch":
                     await self._watch(rid, args, q)
                     return
-                with trio.fail_after(self.request_timeout):
+                if op in STORE_OPS:  # the store bounds these itself (NoQuorum)
                     status, value = "ok", await self._dispatch(op, args)
+                else:
+                    with trio.fail_after(self.request_timeout):
+                        status, value = "ok", await self._dispatch(op, args)
             except StoreError as exc:
                 status, value = exc.code, _error_value(exc)
             except BadRequest as exc:
