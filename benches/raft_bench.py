@@ -134,11 +134,17 @@ def run_point(cluster: Any, n_servers: int, concurrency: int, args: argparse.Nam
               ) -> dict[str, Any]:
     shares = _split(concurrency, args.client_procs)
     start_at = time.time() + args.startup_s
+    # The leader first: the client sticks to the first server that answers, and a follower
+    # would forward every write (an extra hop that is not what this point measures).
+    leader = cluster.wait_leader_blocking(within=30)
+    endpoints = [cluster.endpoint(leader)] + [
+        e for i, e in enumerate(cluster.endpoints) if i != leader
+    ]
     procs = []
     for p, share in enumerate(shares):
         argv = [
             sys.executable, str(Path(__file__).resolve()), "--worker",
-            "--endpoints", ",".join(cluster.endpoints),
+            "--endpoints", ",".join(endpoints),
             "--tasks", str(share),
             "--duration", str(args.duration),
             "--start-at", repr(start_at),
