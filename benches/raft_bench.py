@@ -20,46 +20,21 @@ one JSON line with every figure. This is a measurement, not a test: nothing is a
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import trio
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+sys.path.insert(0, str(HERE))
 
-
-def _load_cluster_module() -> ModuleType:
-    name = "_orchestrator_tests_cluster"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE.parent / "tests" / "cluster.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def _cpu_self() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    k = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[k]
+from benchlib import cluster_lib, cpu_self, percentile  # noqa: E402  (path set above)
 
 
 # ---------------------------------------------------------------------------------- worker
@@ -76,7 +51,7 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
         with trio.fail_after(30):
             await kv.put(f"{args.prefix}-warmup", value)
         await trio.sleep(max(0.0, args.start_at - time.time()))
-        cpu0 = _cpu_self()
+        cpu0 = cpu_self()
         t_start = time.perf_counter()
         t_end = t_start + args.duration
 
@@ -100,7 +75,7 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
         async with trio.open_nursery() as nursery:
             for t in range(args.tasks):
                 nursery.start_soon(task, t)
-        cpu = _cpu_self() - cpu0
+        cpu = cpu_self() - cpu0
     return {"ok": ok_in_window, "errors": errors, "cpu_s": cpu, "latencies_ms": latencies}
 
 
@@ -171,8 +146,8 @@ def run_point(cluster: Any, n_servers: int, concurrency: int, args: argparse.Nam
         "client_procs": len(shares),
         "writes": ok,
         "writes_per_s": ok / args.duration,
-        "p50_ms": _percentile(lat, 0.50),
-        "p99_ms": _percentile(lat, 0.99),
+        "p50_ms": percentile(lat, 0.50),
+        "p99_ms": percentile(lat, 0.99),
         "errors": sum(r["errors"] for r in results),
         "client_cpu_s": sum(r["cpu_s"] for r in results),
         "server_cpu_s": cpu1 - cpu0,
@@ -202,7 +177,7 @@ def main() -> int:
     sizes = [int(x) for x in args.servers.split(",") if x]
     levels = [int(x) for x in args.concurrency.split(",") if x]
 
-    cluster_mod = _load_cluster_module()
+    cluster_mod = cluster_lib
     root = Path(tempfile.mkdtemp(prefix="raft-bench-"))
     rows: list[dict[str, Any]] = []
     print(f"# {os.cpu_count()} CPUs, {args.duration:g}s per point, {args.client_procs} client "

@@ -63,10 +63,8 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import importlib.util
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -77,40 +75,17 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import trio
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing
+sys.path.insert(0, str(HERE))
+
+from benchlib import cluster_lib, cpu_self, percentile  # noqa: E402  (path set above)
 
 STAMP_LEN = 24  # "%023.9f " of CLOCK_MONOTONIC; a multiple of 3, so base64 splits cleanly
 STAMP_B64 = STAMP_LEN * 4 // 3
-
-
-def _load_cluster_module() -> ModuleType:
-    name = "_orchestrator_tests_cluster"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE.parent / "tests" / "cluster.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-def _cpu_self() -> float:
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    return ru.ru_utime + ru.ru_stime
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    k = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[k]
 
 
 def _stamp() -> tuple[float, bytes]:
@@ -291,7 +266,7 @@ class _Tally:
 
     def begin(self) -> None:
         self.late_s = max(0.0, time.monotonic() - self.start_at)
-        self.cpu0 = _cpu_self()
+        self.cpu0 = cpu_self()
 
     def done(self, t0: float) -> None:
         t1 = time.monotonic()
@@ -309,7 +284,7 @@ class _Tally:
             "ok": self.ok,
             "errors": self.errors,
             "first_error": self.first_error,
-            "cpu_s": _cpu_self() - self.cpu0,
+            "cpu_s": cpu_self() - self.cpu0,
             "late_s": self.late_s,
             "latencies_ms": self.latencies,
         }
@@ -321,7 +296,7 @@ class _WatchTally:
         self.t_end = start_at + duration
         self.latencies: list[float] = []
         self.other = 0
-        self.cpu0 = _cpu_self()
+        self.cpu0 = cpu_self()
 
     def seen(self, stamps: list[float]) -> None:
         now = time.monotonic()
@@ -335,7 +310,7 @@ class _WatchTally:
         return {
             "events": len(self.latencies),
             "other_events": self.other,
-            "cpu_s": _cpu_self() - self.cpu0,
+            "cpu_s": cpu_self() - self.cpu0,
             "latencies_ms": self.latencies,
         }
 
@@ -566,7 +541,7 @@ class EtcdCluster:
     """N etcd members on loopback (default settings), stopped and reaped on exit."""
 
     def __init__(self, root: Path, size: int, binary: str) -> None:
-        cluster_mod = _load_cluster_module()
+        cluster_mod = cluster_lib
         self._pdeathsig = cluster_mod._set_pdeathsig
         self.root = root
         self.binary = binary
@@ -702,7 +677,7 @@ def _main_and_process_cpu(pid: int) -> tuple[float, float]:
     """(main thread, whole process) user + system CPU seconds of a live process. Per-thread
     figures for the other threads are not usable: trio's worker threads come and go, and the
     CPU of a thread that exited only shows in the process total."""
-    proc_cpu = _load_cluster_module().process_cpu_seconds
+    proc_cpu = cluster_lib.process_cpu_seconds
     return _task_cpu(pid, pid), proc_cpu(pid) or 0.0
 
 
@@ -717,7 +692,7 @@ def _task_cpu(pid: int, tid: int) -> float:
 
 
 def _cpu_of(pids: list[int]) -> float:
-    proc_cpu = _load_cluster_module().process_cpu_seconds
+    proc_cpu = cluster_lib.process_cpu_seconds
     return sum(proc_cpu(pid) or 0.0 for pid in pids)
 
 
@@ -850,14 +825,14 @@ def run_point(
         "client_procs": len(shares),
         "puts": ok,
         "puts_per_s": ok / args.duration,
-        "p50_ms": _percentile(lat, 0.50),
-        "p99_ms": _percentile(lat, 0.99),
+        "p50_ms": percentile(lat, 0.50),
+        "p99_ms": percentile(lat, 0.99),
         "errors": sum(r["errors"] for r in results),
         "first_error": errors[0] if errors else "",
         "late_start_s": max(r["late_s"] for r in results),
         "watch_events": wres["events"] if wres else 0,
-        "watch_p50_ms": _percentile(wlat, 0.50),
-        "watch_p99_ms": _percentile(wlat, 0.99),
+        "watch_p50_ms": percentile(wlat, 0.50),
+        "watch_p99_ms": percentile(wlat, 0.99),
         "client_cpu_s": client_cpu,
         "watch_cpu_s": watch_cpu,
         "server_cpu_s": server_cpu,
@@ -1149,7 +1124,7 @@ def main() -> int:
     if args.vs_etcd and etcd_bin is None:
         ap.error(f"--vs-etcd: no {args.etcd_bin!r} binary (apt-get install etcd-server)")
 
-    cluster_mod = _load_cluster_module()
+    cluster_mod = cluster_lib
     root = Path(tempfile.mkdtemp(prefix="store-bench-"))
     if profile_point and not args.profile_file:
         args.profile_file = str(root / f"leader-{profile_point[0]}x{profile_point[1]}.txt")
