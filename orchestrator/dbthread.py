@@ -13,6 +13,8 @@ Invariants:
 - Consecutive calls may land on *different* pool threads, which is why the connections used
   through a `DbThread` are opened with `check_same_thread=False`; that is safe only because of
   the serialization above.
+- `run_with` holds a second instance's turn too, for one call that touches both databases
+  (taking `other`'s limiter, then this one's); it is the only nested acquisition.
 - Cancelling a caller does not abandon its thread: trio waits for `fn` to return (the default
   `abandon_on_cancel=False`), so a cancelled call still holds the limiter until the database work
   is really over and the next call cannot overlap it.
@@ -40,6 +42,13 @@ class DbThread:
     async def run(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
         """Run `fn(*args)` in a worker thread once no other call on this database is running."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    async def run_with(self, other: DbThread, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
+        """Like `run`, but `fn` may also use `other`'s database: it runs once neither database
+        has a call running, holding both turns (other's first; the only place that takes two,
+        so no lock-order cycle)."""
+        async with other._limiter:
+            return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
 
 def open_wal(

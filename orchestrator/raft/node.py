@@ -50,6 +50,7 @@ from .types import (
     ConfChangeType,
     Entry,
     EntryType,
+    HardState,
     InvalidChange,
     LeaderBusy,
     Message,
@@ -236,6 +237,15 @@ class RaftNode:
     async def propose(self, data: bytes) -> Any:
         """Replicate one command; returns the state machine's result once applied here."""
         return await self._request("propose", data)
+
+    def submit(self, data: bytes) -> _Waiter:
+        """`propose` without waiting: queue the command and return its waiter (`await
+        waiter.wait()` gives the result or raises). The caller may `fail()` the waiter itself,
+        e.g. at a deadline: that only stops the wait, not the proposal, as cancelling would."""
+        w = _Waiter()
+        self._requests.append(("propose", data, w))
+        self._wake.set()
+        return w
 
     async def read_barrier(self) -> None:
         """Return once a read of the local state machine is linearizable (ReadIndex)."""
@@ -455,14 +465,26 @@ class RaftNode:
         early = core.role is Role.LEADER
         snaps_sent = await self._send(rd.messages) if early else []
         # 1. persist: one transaction for the whole batch.
+        applied = False
         if rd.must_persist():
             snap = None if rd.snapshot is None else Snapshot(rd.snapshot.meta)  # metadata only
-            await self._raft_db.run(self.storage.save, rd.hard_state, rd.entries, snap)
+            if early and rd.committed and snap is None:
+                # A leader has nothing to send between persisting and applying, so both go in
+                # one worker-thread call (holding both databases' turns), in the same order:
+                # one thread hop per Ready instead of two.
+                sm_entries, mine = self._strip(rd.committed)
+                results = await self._raft_db.run_with(
+                    self._sm_db, self._save_and_apply, rd.hard_state, rd.entries, sm_entries
+                )
+                await self._applied(rd.committed, mine, results)
+                applied = True
+            else:
+                await self._raft_db.run(self.storage.save, rd.hard_state, rd.entries, snap)
         # 2. send.
         if not early:
             snaps_sent = await self._send(rd.messages)
         # 3. apply.
-        if rd.committed:
+        if rd.committed and not applied:
             await self._apply(rd.committed)
         for rs in rd.read_states:
             w = self._reads.pop(rs.context, None)
@@ -531,8 +553,16 @@ class RaftNode:
             # An observer's bug must not stop consensus on this server.
             log.exception("node %d: error in an apply observer", self.id)
 
-    async def _apply(self, entries: list[Entry]) -> None:
-        # Strip the envelopes: the state machine sees only the command.
+    def _save_and_apply(
+        self, hard_state: HardState | None, entries: list[Entry], sm_entries: list[Entry]
+    ) -> list[Any]:
+        """On a worker thread holding both databases: persist, then apply (see _handle_ready)."""
+        self.storage.save(hard_state, entries)
+        return self.sm.apply(sm_entries)
+
+    def _strip(self, entries: list[Entry]) -> tuple[list[Entry], list[tuple[int, int] | None]]:
+        """Strip the envelopes: the state machine sees only the command. Also returns, per
+        entry, (index, request id) when this server proposed it."""
         mine: list[tuple[int, int] | None] = []
         sm_entries = []
         for e in entries:
@@ -543,7 +573,17 @@ class RaftNode:
             else:
                 mine.append(None)
                 sm_entries.append(e)
+        return sm_entries, mine
+
+    async def _apply(self, entries: list[Entry]) -> None:
+        sm_entries, mine = self._strip(entries)
         results = await self._sm_db.run(self.sm.apply, sm_entries)
+        await self._applied(entries, mine, results)
+
+    async def _applied(
+        self, entries: list[Entry], mine: list[tuple[int, int] | None], results: list[Any]
+    ) -> None:
+        """After the state machine applied `entries`: notify, resolve the waiters."""
         self._sm_applied = entries[-1].index
         self._notify(self.on_apply)
         peers_changed = False
