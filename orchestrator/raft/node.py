@@ -8,11 +8,15 @@ wakes the loop. Each turn the loop drains the whole inbox — all proposals that
 `propose()` call, hence one log append, one fsync and one AppendEntries per follower (group
 commit) — then works through every `Ready`:
 
-    1. persist entries + hard state (+ a received snapshot) in ONE SQLite transaction;
-    2. send the messages (only now: votes and acknowledgements must be durable first);
-    3. install a received snapshot, apply committed entries (the state machine records its applied
-       index in the same transaction), resolve the waiting proposals and reads;
-    4. `advance()`, then maybe take a snapshot and compact the log.
+    0. install a received snapshot into the state machine (durably, before the log forgets);
+    1. persist entries + hard state (+ the snapshot's metadata) in ONE SQLite transaction;
+    2. send the messages (only now: votes and acknowledgements must be durable first; a
+       leader's own messages are the exception, they go out before step 1 so the followers'
+       fsyncs overlap its own: it counts its own log only after this Ready is persisted);
+    3. apply committed entries (the state machine records its applied index in the same
+       transaction; on a leader, steps 1 and 3 share one worker-thread call), resolve the
+       waiting proposals and reads;
+    4. `advance()`, then maybe compact the log behind a synced state machine.
 
 Ticks are coalesced: while the loop is busy (a slow fsync), at most one tick waits, so a slow
 disk delays elections instead of triggering a burst of them.
