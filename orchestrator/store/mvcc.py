@@ -343,6 +343,21 @@ def _take_whole_revisions(events: Iterable[Event], limit: int) -> list[Event]:
     return out
 
 
+def _write_put(
+    conn: sqlite3.Connection, key: str, value: bytes, prev: KeyValue | None, rev: int, hid: int
+) -> KeyValue:
+    """Write a put of `key` as history row `hid` at revision `rev` and point the current-state
+    index at it; `prev` is the key's live value (None: this put creates it)."""
+    if prev is None:
+        conn.execute(_SQL_HISTORY_INSERT, (hid, key, _PUT, rev, 1, value))
+        conn.execute(_SQL_KV_INSERT, (key, hid, rev, 1))
+        return KeyValue(key, value, rev, rev, 1)
+    kv = KeyValue(key, value, prev.create_revision, rev, prev.version + 1)
+    conn.execute(_SQL_HISTORY_INSERT, (hid, key, _PUT, kv.create_revision, kv.version, value))
+    conn.execute(_SQL_KV_UPDATE, (hid, kv.version, key))
+    return kv
+
+
 class MVCCStore:
     """See the module docstring. Synchronous; call through a `DbThread`."""
 
@@ -605,17 +620,7 @@ class MVCCStore:
                 )
             )
         rev = self._rev + 1
-        hid = rev << _SUB_BITS
-        if prev is None:
-            kv = KeyValue(key, value, rev, rev, 1)
-            conn.execute(_SQL_HISTORY_INSERT, (hid, key, _PUT, rev, 1, value))
-            conn.execute(_SQL_KV_INSERT, (key, hid, rev, 1))
-        else:
-            kv = KeyValue(key, value, prev.create_revision, rev, prev.version + 1)
-            conn.execute(
-                _SQL_HISTORY_INSERT, (hid, key, _PUT, kv.create_revision, kv.version, value)
-            )
-            conn.execute(_SQL_KV_UPDATE, (hid, kv.version, key))
+        kv = _write_put(conn, key, value, prev, rev, rev << _SUB_BITS)
         self._rev = rev
         self._logical += delta
         events.append(Event(EventType.PUT, kv, prev))
@@ -741,17 +746,7 @@ class MVCCStore:
                 continue  # delete of a missing key: nothing to do
             elif kind == "put":
                 prev = changes[key]
-                hid = rev << _SUB_BITS | subs[key]
-                if prev is None:
-                    kv = KeyValue(key, value, rev, rev, 1)
-                    conn.execute(_SQL_HISTORY_INSERT, (hid, key, _PUT, rev, 1, value))
-                    conn.execute(_SQL_KV_INSERT, (key, hid, rev, 1))
-                else:
-                    kv = KeyValue(key, value, prev.create_revision, rev, prev.version + 1)
-                    conn.execute(
-                        _SQL_HISTORY_INSERT, (hid, key, _PUT, kv.create_revision, kv.version, value)
-                    )
-                    conn.execute(_SQL_KV_UPDATE, (hid, kv.version, key))
+                kv = _write_put(conn, key, value, prev, rev, rev << _SUB_BITS | subs[key])
                 state[key] = kv
                 new_events.append(Event(EventType.PUT, kv, prev))
             else:
