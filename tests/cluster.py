@@ -473,3 +473,35 @@ def process_cpu_seconds(pid: int) -> float | None:
     fields = stat[stat.rfind(")") + 2 :].split()  # skip "pid (comm) " - comm may contain spaces
     utime, stime = int(fields[11]), int(fields[12])
     return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
+async def check_reads(
+    kv: Any,  # a StoreClient
+    acked: dict[str, bytes],
+    indeterminate: dict[str, bytes],
+    *,
+    stale_endpoint: str | None = None,
+) -> None:
+    """Every acknowledged key reads back its value; an indeterminate one reads back its value or
+    nothing (keys are unique, so no other value is possible). Linearizable reads through the
+    leader unless `stale_endpoint` is given, then local reads on that server."""
+    bad: list[tuple[str, bytes | None, bytes | None]] = []
+    limiter = trio.CapacityLimiter(32)
+
+    async def one(key: str, value: bytes, must: bool) -> None:
+        async with limiter:
+            if stale_endpoint is None:
+                got = await kv.get(key)
+            else:
+                raw = await kv.call_once(stale_endpoint, "get", key, False)
+                got = None if raw is None else bytes(raw)
+        if got != value and (must or got is not None):
+            bad.append((key, value if must else None, got))
+
+    async with trio.open_nursery() as nursery:
+        for key, value in acked.items():
+            nursery.start_soon(one, key, value, True)
+        for key, value in indeterminate.items():
+            nursery.start_soon(one, key, value, False)
+    where = stale_endpoint or "the leader (linearizable)"
+    assert not bad, f"{len(bad)} wrong reads on {where}, e.g. (key, expected, got): {bad[:5]}"

@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 import pytest
 import trio
-from cluster import Cluster, raw_request
+from cluster import Cluster, check_reads, raw_request
 
 from orchestrator.raft.codec import encode_message
 from orchestrator.raft.framing import FrameDecoder, encode_frame
@@ -59,38 +59,6 @@ async def wait_for_log(cluster: Any, i: int, text: str, *, within: float = 10.0)
         return text in cluster.log_text(i)
 
     await cluster.wait_until(seen, within=within, what=f"{text!r} in the log of server {i}")
-
-
-async def check_reads(
-    kv: StoreClient,
-    acked: dict[str, bytes],
-    indeterminate: dict[str, bytes],
-    *,
-    stale_endpoint: str | None = None,
-) -> None:
-    """Every acknowledged key reads back its value; an indeterminate one reads back its value or
-    nothing (keys are unique, so no other value is possible). Linearizable reads through the
-    leader unless `stale_endpoint` is given, then local reads on that server."""
-    bad: list[tuple[str, bytes | None, bytes | None]] = []
-    limiter = trio.CapacityLimiter(32)
-
-    async def one(key: str, value: bytes, must: bool) -> None:
-        async with limiter:
-            if stale_endpoint is None:
-                got = await kv.get(key)
-            else:
-                raw = await kv.call_once(stale_endpoint, "get", key, False)
-                got = None if raw is None else bytes(raw)
-        if got != value and (must or got is not None):
-            bad.append((key, value if must else None, got))
-
-    async with trio.open_nursery() as nursery:
-        for key, value in acked.items():
-            nursery.start_soon(one, key, value, True)
-        for key, value in indeterminate.items():
-            nursery.start_soon(one, key, value, False)
-    where = stale_endpoint or "the leader (linearizable)"
-    assert not bad, f"{len(bad)} wrong reads on {where}, e.g. (key, expected, got): {bad[:5]}"
 
 
 async def writer(

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 import trio
-from cluster import Cluster
+from cluster import Cluster, check_reads
 
 from orchestrator.sim.linearizability import Operation, check_history
 from orchestrator.store.client import Indeterminate, RequestFailed, StoreClient
@@ -580,26 +580,8 @@ async def test_power_loss_of_every_server_keeps_acknowledged_writes(tmp_path: Pa
 
             cluster.start()
             await cluster.wait_leader(within=30)
-            limiter = trio.CapacityLimiter(16)
-            bad: list[tuple[str, bytes | None, bytes | None]] = []
-
-            async def check(key: str, value: bytes, must: bool, endpoint: str | None) -> None:
-                async with limiter:
-                    if endpoint is None:
-                        got = await kv.get(key)
-                    else:
-                        raw = await kv.call_once(endpoint, "get", key, False)
-                        got = None if raw is None else bytes(raw)
-                if got != value and (must or got is not None):
-                    bad.append((key, value if must else None, got))
-
             async def check_all(endpoint: str | None) -> None:
-                async with trio.open_nursery() as n:
-                    for key, value in acked_at_cut.items():
-                        n.start_soon(check, key, value, True, endpoint)
-                    for key, value in unknown.items():
-                        n.start_soon(check, key, value, False, endpoint)
-                assert not bad, (endpoint, len(bad), bad[:5])
+                await check_reads(kv, acked_at_cut, unknown, stale_endpoint=endpoint)
 
             await check_all(None)
             # The cluster takes writes again, and every server has every acknowledged write.
