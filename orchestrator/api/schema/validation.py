@@ -1,0 +1,434 @@
+"""Structural-schema validation, pruning and defaulting: one engine for built-in and custom kinds.
+
+Theory of operation. `validate(schema, obj)` walks the object and its schema together, once,
+building a NEW object (the input is never touched):
+
+* prune: a field that its object's schema does not know is left out of the copy and its dotted
+  path (`spec.template.spec.containers[0].imagePullPolicyy`) recorded in `unknown`, unless the
+  node says `x-kubernetes-preserve-unknown-fields` (or has a schema for `additionalProperties`),
+  or it is `apiVersion`/`kind`/`metadata` of an `x-kubernetes-embedded-resource`. The caller
+  decides what unknown fields mean: `strict_error(unknown)` for `fieldValidation=Strict`,
+  `unknown_warnings(unknown)` otherwise.
+* null: a `null` for a field that is not `nullable` counts as absent (apiextensions prunes such
+  nulls before defaulting), so it can then be defaulted or be reported `Required value`.
+* default: after pruning an object, every absent property whose schema has `default` gets a copy
+  of it, walked like sent data (so defaults nest, and apply inside array items and map values).
+* validate: type, required (checked after defaulting), enum, bounds, lengths, pattern, the formats
+  int32/int64/date-time/date/byte, list sizes, `uniqueItems` and `x-kubernetes-list-type` set
+  duplicates and map-key duplicates. Messages are worded as the Kubernetes API server words them,
+  as `Cause(field, message)` pairs for `errors.invalid`.
+
+Invariants: never raises on any JSON value (malformed schema parts are ignored, not trusted);
+deterministic (causes and unknown paths in document order); pure (no I/O, no globals but a cache
+of compiled patterns).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import datetime as dt
+import functools
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ApiError, Cause, bad_request
+from .names import quote
+
+Schema = dict[str, Any]
+
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+_EMBEDDED_META = ("apiVersion", "kind", "metadata")
+_DATE_TIME = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
+)
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+
+
+@dataclass(slots=True)
+class Validated:
+    """The outcome of `validate`: the pruned+defaulted copy, field errors, unknown field paths."""
+
+    obj: Any
+    causes: list[Cause] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.causes
+
+
+def validate(schema: Schema, obj: Any, *, strict: bool) -> Validated:
+    """Prune, default and validate `obj` against `schema`; see the module docstring.
+
+    `strict` only records the caller's intent (fieldValidation=Strict): both modes prune unknown
+    fields from `obj` and list them in `unknown`; strict callers answer `strict_error(unknown)`.
+    """
+    walker = _Walker()
+    try:
+        out = walker.walk(schema, obj, "")
+    except RecursionError:
+        return Validated(obj, [Cause("", 'Invalid value: "object": nested too deeply')], [])
+    return Validated(out, walker.causes, walker.unknown)
+
+
+def strict_error(unknown: list[str]) -> ApiError:
+    """400 `strict decoding error: unknown field "spec.foo", unknown field "spec.bar"`."""
+    listed = ", ".join(f'unknown field "{p}"' for p in unknown)
+    return bad_request(f"strict decoding error: {listed}")
+
+
+def unknown_warnings(unknown: list[str]) -> list[str]:
+    """Warning texts (`Warning: 299 - "..."`) for fieldValidation=Warn (kubectl's default)."""
+    return [f'unknown field "{p}"' for p in unknown]
+
+
+# -- paths ----------------------------------------------------------------------------------------
+
+
+def _child(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _index(path: str, i: int) -> str:
+    return f"{path}[{i}]"
+
+
+def _key(path: str, key: str) -> str:
+    return f"{path}[{key}]"
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+
+def json_type(v: Any) -> str:
+    """The JSON type name Kubernetes prints for a value ("integer" for whole ints only)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list | tuple):
+        return "array"
+    return "object"
+
+
+def _canon(v: Any) -> str:
+    """A comparable form of a JSON value (True and 1 differ, key order does not matter)."""
+    try:
+        return json.dumps(v, sort_keys=True, separators=(",", ":"), default=repr)
+    except (TypeError, ValueError):
+        return repr(v)
+
+
+def _number(x: Any) -> float | int | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return x
+
+
+def _int(x: Any) -> int | None:
+    if isinstance(x, bool) or not isinstance(x, int):
+        return None
+    return x
+
+
+def _fmt_bound(x: float | int) -> str:
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return str(x)
+
+
+@functools.lru_cache(maxsize=512)
+def _pattern(p: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(p)
+    except (re.error, RecursionError, OverflowError):
+        return None
+
+
+def _valid_date_time(s: str) -> bool:
+    m = _DATE_TIME.fullmatch(s)
+    if m is None:
+        return False
+    try:
+        dt.datetime(int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), min(int(m[6]), 59))
+    except ValueError:
+        return False
+    return int(m[6]) <= 60
+
+
+def _valid_date(s: str) -> bool:
+    m = _DATE.fullmatch(s)
+    if m is None:
+        return False
+    try:
+        dt.date(int(m[1]), int(m[2]), int(m[3]))
+    except ValueError:
+        return False
+    return True
+
+
+def _valid_byte(s: str) -> bool:
+    try:
+        base64.b64decode(s.encode("ascii"), validate=True)
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        return False
+    return True
+
+
+# -- the walk -------------------------------------------------------------------------------------
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.causes: list[Cause] = []
+        self.unknown: list[str] = []
+
+    def _invalid(self, path: str, value: Any, msg: str) -> None:
+        self.causes.append(Cause(path, f"Invalid value: {quote(value)}: {msg}"))
+
+    def _type_error(self, path: str, value: Any, expected: str) -> None:
+        actual = json_type(value)
+        where = f"{path} in body" if path else "body"
+        self.causes.append(
+            Cause(
+                path,
+                f'Invalid value: "{actual}": {where} must be of type {expected}: "{actual}"',
+                "FieldValueTypeInvalid",
+            )
+        )
+
+    def walk(self, s: Any, v: Any, path: str) -> Any:
+        if not isinstance(s, dict):
+            return copy.deepcopy(v)
+        if v is None and s.get("nullable") is True:
+            return None
+        preserve = s.get("x-kubernetes-preserve-unknown-fields") is True
+        if s.get("x-kubernetes-int-or-string") is True:
+            return self._int_or_string(s, v, path)
+        t = s.get("type")
+        if t == "object" or (t is None and isinstance(v, dict) and _is_object_schema(s)):
+            if not isinstance(v, dict):
+                self._type_error(path, v, "object")
+                return copy.deepcopy(v)
+            out: Any = self._object(s, v, path, preserve)
+        elif t == "array" or (t is None and isinstance(v, list) and "items" in s):
+            if not isinstance(v, list):
+                self._type_error(path, v, "array")
+                return copy.deepcopy(v)
+            out = self._array(s, v, path)
+        elif t == "string":
+            if not isinstance(v, str):
+                self._type_error(path, v, "string")
+                return copy.deepcopy(v)
+            self._string(s, v, path)
+            out = v
+        elif t == "integer":
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            if _int(v) is None:
+                self._type_error(path, v, "integer")
+                return copy.deepcopy(v)
+            self._numeric(s, v, path)
+            out = v
+        elif t == "number":
+            if _number(v) is None:
+                self._type_error(path, v, "number")
+                return copy.deepcopy(v)
+            self._numeric(s, v, path)
+            out = v
+        elif t == "boolean":
+            if not isinstance(v, bool):
+                self._type_error(path, v, "boolean")
+                return copy.deepcopy(v)
+            out = v
+        else:
+            # No (known) type: anything goes (preserve-unknown-fields or a lenient schema).
+            out = copy.deepcopy(v)
+        self._enum(s, out, path)
+        return out
+
+    def _int_or_string(self, s: Schema, v: Any, path: str) -> Any:
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, str):
+            self._string(s, v, path)
+        elif _int(v) is not None:
+            self._numeric(s, v, path)
+        else:
+            self._type_error(path, v, "integer,string")
+            return copy.deepcopy(v)
+        self._enum(s, v, path)
+        return v
+
+    def _object(self, s: Schema, v: dict[str, Any], path: str, preserve: bool) -> dict[str, Any]:
+        props = s.get("properties")
+        if not isinstance(props, dict):
+            props = {}
+        addl = s.get("additionalProperties")
+        embedded = s.get("x-kubernetes-embedded-resource") is True
+        out: dict[str, Any] = {}
+        for k, val in v.items():
+            if not isinstance(k, str):
+                continue
+            ps = props.get(k)
+            if ps is not None:
+                if val is None and not (isinstance(ps, dict) and ps.get("nullable") is True):
+                    continue  # a null is an absent field
+                out[k] = self.walk(ps, val, _child(path, k))
+            elif isinstance(addl, dict):
+                if val is None and addl.get("nullable") is not True:
+                    continue
+                out[k] = self.walk(addl, val, _key(path, k))
+            elif addl is True or preserve:
+                out[k] = copy.deepcopy(val)
+            elif (embedded or path == "") and k in _EMBEDDED_META:
+                # The root's apiVersion/kind/metadata are the caller's (meta checks), an embedded
+                # resource's are kept as sent.
+                out[k] = copy.deepcopy(val)
+            else:
+                self.unknown.append(_child(path, k))
+        for k, ps in props.items():
+            if k not in out and isinstance(ps, dict) and "default" in ps:
+                default = ps["default"]
+                if default is None and ps.get("nullable") is not True:
+                    continue
+                out[k] = self.walk(ps, copy.deepcopy(default), _child(path, k))
+        required = s.get("required")
+        if isinstance(required, list):
+            for r in required:
+                if isinstance(r, str) and r not in out:
+                    self.causes.append(
+                        Cause(_child(path, r), "Required value", "FieldValueRequired")
+                    )
+        return out
+
+    def _array(self, s: Schema, v: list[Any], path: str) -> list[Any]:
+        items = s.get("items")
+        out = [self.walk(items, x, _index(path, i)) for i, x in enumerate(v)]
+        lo, hi = _int(s.get("minItems")), _int(s.get("maxItems"))
+        if lo is not None and len(out) < lo:
+            where = f"{path} in body" if path else "body"
+            self._invalid(path, len(out), f"{where} should have at least {lo} items")
+        if hi is not None and len(out) > hi:
+            self.causes.append(
+                Cause(
+                    path, f"Too many: {len(out)}: must have at most {hi} items", "FieldValueTooMany"
+                )
+            )
+        list_type = s.get("x-kubernetes-list-type")
+        if list_type == "set" or s.get("uniqueItems") is True:
+            seen: set[str] = set()
+            for i, x in enumerate(out):
+                c = _canon(x)
+                if c in seen:
+                    self.causes.append(
+                        Cause(
+                            _index(path, i), f"Duplicate value: {quote(x)}", "FieldValueDuplicate"
+                        )
+                    )
+                seen.add(c)
+        elif list_type == "map":
+            keys = s.get("x-kubernetes-list-map-keys")
+            if isinstance(keys, list) and keys:
+                seen = set()
+                for i, x in enumerate(out):
+                    if not isinstance(x, dict):
+                        continue
+                    key_map = {k: x[k] for k in keys if isinstance(k, str) and k in x}
+                    c = _canon(key_map)
+                    if c in seen:
+                        self.causes.append(
+                            Cause(
+                                _index(path, i),
+                                f"Duplicate value: {quote(key_map)}",
+                                "FieldValueDuplicate",
+                            )
+                        )
+                    seen.add(c)
+        return out
+
+    def _string(self, s: Schema, v: str, path: str) -> None:
+        where = f"{path} in body" if path else "body"
+        hi, lo = _int(s.get("maxLength")), _int(s.get("minLength"))
+        if hi is not None and len(v) > hi:
+            unit = "byte" if hi == 1 else "bytes"
+            self.causes.append(
+                Cause(path, f"Too long: may not be more than {hi} {unit}", "FieldValueTooLong")
+            )
+        if lo is not None and len(v) < lo:
+            self._invalid(path, v, f"{where} should be at least {lo} chars long")
+        pattern = s.get("pattern")
+        if isinstance(pattern, str):
+            rx = _pattern(pattern)
+            if rx is not None and rx.search(v) is None:
+                self._invalid(path, v, f"{where} should match '{pattern}'")
+        fmt = s.get("format")
+        bad = (
+            (fmt == "date-time" and not _valid_date_time(v))
+            or (fmt == "date" and not _valid_date(v))
+            or (fmt == "byte" and not _valid_byte(v))
+        )
+        if bad:
+            self._invalid(path, v, f"{where} must be of type {fmt}: {quote(v)}")
+
+    def _numeric(self, s: Schema, v: int | float, path: str) -> None:
+        if math.isnan(v):
+            self._invalid(path, v, "must be a number")
+            return
+        lo, hi = _number(s.get("minimum")), _number(s.get("maximum"))
+        ex_lo, ex_hi = s.get("exclusiveMinimum"), s.get("exclusiveMaximum")
+        if _number(ex_lo) is not None:  # OpenAPI 3.1 style: the bound itself
+            lo, ex_lo = ex_lo, True
+        if _number(ex_hi) is not None:
+            hi, ex_hi = ex_hi, True
+        if lo is not None:
+            if ex_lo is True and not v > lo:
+                self._invalid(path, v, f"must be greater than {_fmt_bound(lo)}")
+            elif ex_lo is not True and not v >= lo:
+                self._invalid(path, v, f"must be greater than or equal to {_fmt_bound(lo)}")
+        if hi is not None:
+            if ex_hi is True and not v < hi:
+                self._invalid(path, v, f"must be less than {_fmt_bound(hi)}")
+            elif ex_hi is not True and not v <= hi:
+                self._invalid(path, v, f"must be less than or equal to {_fmt_bound(hi)}")
+        multiple = _number(s.get("multipleOf"))
+        if multiple and isinstance(v, int) and isinstance(multiple, int) and v % multiple:
+            self._invalid(path, v, f"must be a multiple of {multiple}")
+        fmt = s.get("format")
+        if isinstance(v, int) and fmt in ("int32", "int64"):
+            bounds = INT32 if fmt == "int32" else INT64
+            if not bounds[0] <= v <= bounds[1]:
+                where = f"{path} in body" if path else "body"
+                self._invalid(path, v, f'{where} must be of type {fmt}: "{v}"')
+
+    def _enum(self, s: Schema, v: Any, path: str) -> None:
+        enum = s.get("enum")
+        if not isinstance(enum, list) or not enum:
+            return
+        c = _canon(v)
+        if any(_canon(e) == c for e in enum):
+            return
+        supported = ", ".join(quote(e) for e in enum)
+        self.causes.append(
+            Cause(
+                path,
+                f"Unsupported value: {quote(v)}: supported values: {supported}",
+                "FieldValueNotSupported",
+            )
+        )
+
+
+def _is_object_schema(s: Schema) -> bool:
+    return "properties" in s or "additionalProperties" in s
