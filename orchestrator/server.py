@@ -14,6 +14,7 @@ from pathlib import Path
 
 import trio
 
+from .api.apiserver import ApiOptions, ApiServer
 from .raft.node import NodeConfig, RaftNode
 from .raft.statemachine import StateMachine
 from .store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
@@ -36,6 +37,7 @@ class ServerOptions:
     join_url: str | None = None  # client address of a member to ask for admission
     quota_bytes: int = DEFAULT_QUOTA_BYTES
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
+    api: ApiOptions | None = None  # None: no Kubernetes API on this server
 
 
 def node_identity(data_dir: Path, requested: int | None, *, joining: bool) -> int:
@@ -79,6 +81,11 @@ class Server:
         self.node = RaftNode(opts.node, partial(open_store, quota_bytes=opts.quota_bytes))
         self.store = RaftStore(self.node, compaction=opts.compaction)
         self.service = ClientService(self.store, opts.client_listen, token=opts.token)
+        self.api = (
+            ApiServer(self.store, opts.api, ready=lambda: self.node.core.lead != 0)
+            if opts.api
+            else None
+        )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -92,6 +99,8 @@ class Server:
             )
             if self.opts.join_url is not None and not self.node.core.conf.members():
                 await self._join(self.opts.join_url)
+            if self.api is not None:
+                await nursery.start(self.api.run)
             task_status.started()
 
     async def _join(self, url: str) -> None:

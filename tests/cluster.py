@@ -88,6 +88,7 @@ class ServerProc:
     data_dir: Path
     peer_port: int
     client_port: int
+    api_port: int = 0
     join: bool = False
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
@@ -101,6 +102,14 @@ class ServerProc:
     @property
     def endpoint(self) -> str:
         return f"{HOST}:{self.client_port}"
+
+    @property
+    def api_addr(self) -> str:
+        return f"{HOST}:{self.api_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.data_dir / "kubeconfig.yaml"
 
     @property
     def log_path(self) -> Path:
@@ -154,9 +163,11 @@ class Cluster:
         self.log_level = log_level
         self.extra_args = list(extra_args)
         self.stop_timeout = stop_timeout
-        ports = free_ports(2 * size)
+        ports = free_ports(3 * size)
         self.servers: list[ServerProc] = [
-            ServerProc(i + 1, self.root / f"n{i + 1}", ports[2 * i], ports[2 * i + 1])
+            ServerProc(
+                i + 1, self.root / f"n{i + 1}", ports[3 * i], ports[3 * i + 1], ports[3 * i + 2]
+            )
             for i in range(size)
         ]
         self.initial_cluster = ",".join(f"{s.node_id}={s.peer_addr}" for s in self.servers)
@@ -186,13 +197,26 @@ class Cluster:
     def argv(self, i: int) -> list[str]:
         s = self.servers[i]
         argv = [
-            sys.executable, "-m", "orchestrator", "--log-level", self.log_level, "server",
-            "--data-dir", str(s.data_dir),
-            "--node-id", str(s.node_id),
-            "--peer-listen", s.peer_addr,
-            "--client-listen", s.endpoint,
-            "--tick-ms", str(self.tick_ms),
-            "--election-ticks", str(self.election_ticks),
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "--log-level",
+            self.log_level,
+            "server",
+            "--data-dir",
+            str(s.data_dir),
+            "--node-id",
+            str(s.node_id),
+            "--peer-listen",
+            s.peer_addr,
+            "--client-listen",
+            s.endpoint,
+            "--listen",
+            s.api_addr,
+            "--tick-ms",
+            str(self.tick_ms),
+            "--election-ticks",
+            str(self.election_ticks),
         ]
         if s.join:
             argv.append("--join")
@@ -245,9 +269,11 @@ class Cluster:
     def add_server(self, *, join: bool = True, start: bool = True) -> int:
         """A new server (next node id, fresh ports); started with `--join` by default.
         Returns its index. Adding it to the Raft membership is up to the caller."""
-        peer, client = free_ports(2)
+        peer, client, api = free_ports(3)
         node_id = max(s.node_id for s in self.servers) + 1
-        self.servers.append(ServerProc(node_id, self.root / f"n{node_id}", peer, client, join=join))
+        self.servers.append(
+            ServerProc(node_id, self.root / f"n{node_id}", peer, client, api, join=join)
+        )
         i = len(self.servers) - 1
         if start:
             self.start_server(i)

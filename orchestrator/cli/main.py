@@ -21,6 +21,7 @@ import trio
 
 DEFAULT_PEER = "127.0.0.1:7001"
 DEFAULT_CLIENT = "127.0.0.1:7101"
+DEFAULT_API = "127.0.0.1:6443"
 
 
 def _parse_cluster(text: str) -> dict[int, str]:
@@ -81,6 +82,28 @@ def _build_parser() -> argparse.ArgumentParser:
         help="history kept: a duration (5m, 300s, 1h) or a number of revisions; 0 = off",
     )
     s.add_argument("--election-ticks", type=int, default=10, help="election timeout in ticks")
+    s.add_argument(
+        "--listen",
+        default=DEFAULT_API,
+        help="HOST:PORT of the Kubernetes API (HTTPS); use 0.0.0.0:6443 to serve other devices "
+        "(the serving certificate then also names this host's addresses)",
+    )
+    s.add_argument(
+        "--tls-san",
+        action="append",
+        default=[],
+        metavar="NAME_OR_IP",
+        help="extra name or IP for the serving certificate (repeatable)",
+    )
+    s.add_argument(
+        "--runtime",
+        choices=["containerd", "simulated"],
+        default="containerd",
+        help="container runtime of this server's node agent",
+    )
+    s.add_argument("--node-name", help="name of this server's Node (default: the hostname)")
+    s.add_argument("--no-agent", action="store_true", help="run no node agent on this server")
+    s.add_argument("--plain-http", action="store_true", help=argparse.SUPPRESS)
 
     ep = argparse.ArgumentParser(add_help=False)
     ep.add_argument(
@@ -155,6 +178,12 @@ def _server(args: argparse.Namespace) -> int:
         raise SystemExit(  # noqa: B904  (a usage error: the ValueError adds nothing)
             f"error: --auto-compaction {args.auto_compaction!r} is not like 5m or 10000"
         )
+    from ..api.apiserver import ApiOptions, split_host_port
+
+    try:
+        split_host_port(args.listen)
+    except ValueError:
+        raise SystemExit(f"error: --listen {args.listen!r} is not HOST:PORT") from None
     opts = ServerOptions(
         node,
         args.client_listen,
@@ -162,6 +191,9 @@ def _server(args: argparse.Namespace) -> int:
         join_url=args.join,
         quota_bytes=args.quota_bytes,
         compaction=compaction,
+        api=ApiOptions(
+            args.data_dir, args.listen, tls=not args.plain_http, extra_sans=args.tls_san
+        ),
     )
     print(f"node {node_id}; join token: {token}", file=sys.stderr, flush=True)
     failure: BaseException | None = None

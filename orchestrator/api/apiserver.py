@@ -1,0 +1,210 @@
+"""The API server component: PKI, tokens and kubeconfig on first start, the ASGI app on
+hypercorn's trio worker, the built-in namespaces, and CRD-defined kinds kept in sync.
+
+Custom kinds: the server that writes a CRD updates its registry before answering (kubectl creates
+a custom resource right after its CRD); every server also watches the CRD keys, so CRDs written
+through another server (or restored from a snapshot) appear everywhere.
+
+Invariants: `run` signals `task_status.started(port)` only when the listener is bound and
+`DATA_DIR/kubeconfig.yaml` names that port; the built-in kinds never change at run time.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+import yaml
+
+from ..store.api import Store
+from . import errors
+from .app import ApiApp
+from .auth.authn import Authenticator
+from .auth.kubeconfig import write_kubeconfig
+from .auth.pki import Pki, ensure_pki
+from .auth.tls import serve
+from .auth.tokens import ADMIN_USER, MASTERS, TokenStore
+from .resources import Api, Call
+from .schema.builtin import builtin_registry
+from .schema.crd import kinds_from_crd
+from .schema.kind import Kind, Registry
+from .storage import ObjectStore, prefix_of
+
+log = logging.getLogger(__name__)
+
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+Obj = dict[str, Any]
+
+
+@dataclass
+class ApiOptions:
+    data_dir: Path
+    listen: str = "127.0.0.1:6443"
+    tls: bool = True
+    extra_sans: list[str] = field(default_factory=list)
+
+
+def split_host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class CustomKinds:
+    """Keeps the registry's custom kinds equal to the stored CRDs."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self._owned: dict[str, list[Kind]] = {}  # CRD name -> kinds it serves
+
+    def changed(self, crd: Obj, deleted: bool) -> None:
+        name = str(crd.get("metadata", {}).get("name", ""))
+        for k in self._owned.pop(name, []):
+            self.registry.remove(k.group, k.version, k.plural)
+        if deleted or crd.get("metadata", {}).get("deletionTimestamp"):
+            return
+        try:
+            kinds = kinds_from_crd(crd)
+        except (errors.ApiError, KeyError, TypeError, ValueError) as exc:
+            log.warning("CRD %s cannot be served: %s", name, exc)
+            return
+        for k in kinds:
+            if self.registry.by_resource(k.group, k.version, k.plural) is None:
+                self.registry.add(k)
+        self._owned[name] = kinds
+
+    def replace_all(self, crds: list[Obj]) -> None:
+        names = {str(c.get("metadata", {}).get("name", "")) for c in crds}
+        for gone in set(self._owned) - names:
+            self.changed({"metadata": {"name": gone}}, True)
+        for crd in crds:
+            self.changed(crd, False)
+
+
+class ApiServer:
+    def __init__(self, store: Store, opts: ApiOptions, *, ready: Any = None) -> None:
+        self.opts = opts
+        self.registry = builtin_registry()
+        self.custom = CustomKinds(self.registry)
+        self.objects = ObjectStore(store)
+        self.api = Api(self.objects, self.registry, on_crd_change=self.custom.changed)
+        self.port = 0
+        self.pki: Pki | None = None
+        self.tokens: TokenStore | None = None
+        self._ready = ready
+
+    @property
+    def admin(self) -> Call:
+        from .auth.authn import User
+
+        return Call(User("system:apiserver", ("system:masters", "system:authenticated")))
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        host, port = split_host_port(self.opts.listen)
+        data_dir = self.opts.data_dir
+        sans = [*self.opts.extra_sans]
+        if host not in ("0.0.0.0", "::", ""):
+            sans.append(host)
+        self.pki = pki = ensure_pki(data_dir, sans)
+        self.tokens = tokens = TokenStore.open(data_dir)
+        admin_token = _admin_token(tokens, data_dir / "kubeconfig.yaml")
+        authenticator = Authenticator(tokens, pki.ca_cert)
+        app = ApiApp(
+            self.api,
+            authenticator,
+            server_address=f"{host}:{port}",
+            ready=self._ready or (lambda: True),
+        )
+        context = _ssl_context(pki) if self.opts.tls else None
+        async with trio.open_nursery() as nursery:
+            self.port = await nursery.start(
+                partial(serve, app, host=host, port=port, ssl_context=context)
+            )
+            scheme = "https" if context else "http"
+            url_host = (
+                "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+            )
+            url = f"{scheme}://{url_host}:{self.port}"
+            write_kubeconfig(
+                data_dir / "kubeconfig.yaml",
+                url,
+                pki.ca_pem,
+                "admin",
+                token=admin_token,
+            )
+            nursery.start_soon(self._bootstrap)
+            nursery.start_soon(self._sync_custom_kinds)
+            log.info("API server on %s (kubeconfig %s)", url, data_dir / "kubeconfig.yaml")
+            task_status.started(self.port)
+
+    async def _bootstrap(self) -> None:
+        """Create the system namespaces (idempotent; retried until the store has quorum)."""
+        ns_kind = self.registry.by_resource("", "v1", "namespaces")
+        assert ns_kind is not None
+        for name in SYSTEM_NAMESPACES:
+            while True:
+                try:
+                    await self.api.create(self.admin, ns_kind, "", {"metadata": {"name": name}})
+                    break
+                except errors.ApiError as exc:
+                    if exc.code == 409:
+                        break
+                    log.info("creating namespace %s: %s; retrying", name, exc)
+                    await trio.sleep(1.0)
+
+    async def _sync_custom_kinds(self) -> None:
+        crd_kind = self.registry.by_resource(
+            "apiextensions.k8s.io", "v1", "customresourcedefinitions"
+        )
+        assert crd_kind is not None
+        while True:
+            try:
+                crds, res = await self.objects.list(crd_kind, "", stale_ok=True)
+                self.custom.replace_all(crds)
+                watcher = self.objects.store.watch(
+                    prefix_of(crd_kind), res.revision + 1, progress_notify=False
+                )
+                async with watcher:
+                    async for response in watcher:
+                        if response.canceled:
+                            break
+                        if response.events:
+                            crds, _ = await self.objects.list(crd_kind, "", stale_ok=True)
+                            self.custom.replace_all(crds)
+            except errors.ApiError as exc:
+                log.info("CRD sync: %s; retrying", exc)
+            await trio.sleep(1.0)
+
+
+def _ssl_context(pki: Pki) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(pki.serving_cert_path), str(pki.serving_key_path))
+    context.load_verify_locations(cadata=pki.ca_pem.decode())
+    context.verify_mode = ssl.CERT_OPTIONAL  # client certificates are one way to log in
+    context.set_alpn_protocols(["http/1.1"])
+    return context
+
+
+def _admin_token(tokens: TokenStore, kubeconfig: Path) -> str:
+    """The admin token: new on first start; later the one in the kubeconfig if it still works
+    (so a restart keeps users' copies valid), else a fresh one (the old one is replaced)."""
+    token = tokens.ensure_admin()
+    if token is not None:
+        return token
+    try:
+        doc = yaml.safe_load(kubeconfig.read_text())
+        for user in doc.get("users") or []:
+            candidate = (user.get("user") or {}).get("token")
+            entry = tokens.lookup(candidate) if candidate else None
+            if entry is not None and entry.name == ADMIN_USER:
+                return str(candidate)
+    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        pass
+    return tokens.add(ADMIN_USER, [MASTERS])

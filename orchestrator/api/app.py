@@ -1,0 +1,468 @@
+"""The ASGI application: HTTP in, `Api` calls, JSON (or Tables, or watch streams) out.
+
+Order per request: probes and /version (anonymous) -> authentication (401) -> discovery and
+OpenAPI (any authenticated user) -> resource requests (`request.parse_path`) dispatched on verb
+and subresource to `Api`. Bodies are read with a hard limit (3 MiB, 413 beyond) and decoded as
+JSON (or YAML for apply and `application/yaml`): malformed input is a 400 Status.
+
+Invariants: every response is JSON with a Content-Type; every failure is a metav1.Status
+(`errors.ApiError`); no exception escapes to hypercorn — an unexpected one is logged and answered
+with a 500 Status so the process keeps serving. A watch streams one compact JSON object per
+line, flushed per event, and stops when the client goes away, the timeout passes or the store
+ends the watch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+import trio
+import yaml
+
+from . import discovery, errors, tables
+from .auth.authn import User
+from .errors import ApiError
+from .request import Query, RequestInfo, WriteOptions, parse_path
+from .resources import Api, Call
+from .schema.kind import Kind
+from .schema.openapi import openapi_document, openapi_index
+from .watch import open_watch
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 3 * 1024 * 1024
+ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz", "/version")
+# The apiserver ends watches after a random 30-60 min (min-request-timeout 1800 s) so load
+# spreads after restarts; clients re-watch from their last resourceVersion.
+WATCH_TIMEOUT = 1800.0
+
+Obj = dict[str, Any]
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Authenticator(Protocol):
+    def authenticate(
+        self, headers: list[tuple[bytes, bytes]], client_cert_der: bytes | None
+    ) -> User | None: ...
+
+
+class LogSource(Protocol):
+    """Where container logs come from (the node agent of the pod's node)."""
+
+    async def open_logs(self, pod: Obj, container: str, query: Query) -> AsyncIterator[bytes]: ...
+
+
+class Response:
+    def __init__(
+        self,
+        status: int,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        warnings: list[str] | None = None,
+        stream: AsyncIterator[bytes] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.warnings = warnings or []
+        self.stream = stream
+        self.timeout = timeout
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without anchors/aliases: an alias bomb must not expand into gigabytes."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML is untyped
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases are not accepted", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def decode_body(body: bytes, content_type: str) -> Any:
+    if not body:
+        return None
+    ct = content_type.split(";")[0].strip().lower()
+    try:
+        if ct in ("application/yaml", "application/apply-patch+yaml", "text/yaml"):
+            return yaml.load(body.decode("utf-8"), Loader=_NoAliasLoader)
+        return json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise errors.bad_request(f"the request body is not valid JSON or YAML: {text}") from exc
+
+
+class ApiApp:
+    def __init__(
+        self,
+        api: Api,
+        authenticator: Authenticator | None,
+        *,
+        server_address: str = "127.0.0.1:6443",
+        logs: LogSource | None = None,
+        ready: Callable[[], bool] = lambda: True,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.api = api
+        self.authenticator = authenticator
+        self.server_address = server_address
+        self.logs = logs
+        self.ready = ready
+        self.rng = rng or random.Random()
+        self._openapi_cache: dict[str, tuple[int, Any]] = {}
+
+    # ------------------------------------------------------------------ ASGI
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        try:
+            response = await self._handle(scope, receive)
+        except ApiError as exc:
+            response = Response(exc.code, exc.status())
+        except Exception as exc:  # the process must keep serving; say what broke
+            log.exception("unexpected error serving %s %s", scope.get("method"), scope.get("path"))
+            response = Response(500, errors.internal(f"internal error: {exc!r}").status())
+        await self._send(response, scope, receive, send)
+
+    async def _send(self, response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = [(b"content-type", response.content_type.encode())]
+        headers += [(b"warning", f'299 - "{w}"'.encode()) for w in response.warnings[:50]]
+        headers.append((b"cache-control", b"no-cache, private"))
+        if response.stream is None:
+            body = (
+                response.body
+                if isinstance(response.body, bytes)
+                else dumps(response.body)
+                if response.body is not None
+                else b""
+            )
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send(
+                {"type": "http.response.start", "status": response.status, "headers": headers}
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        stream = response.stream
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+                with trio.move_on_after(response.timeout or WATCH_TIMEOUT):
+                    async for chunk in stream:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                nursery.cancel_scope.cancel()
+        except ApiError as exc:  # e.g. the store became unavailable mid-stream
+            log.info("stream ended: %s", exc)
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()
+        # The client may already be gone; then there is nobody to tell.
+        with trio.move_on_after(5), contextlib.suppress(Exception):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    # ------------------------------------------------------------------ routing
+    async def _handle(self, scope: Scope, receive: Receive) -> Response:
+        path: str = scope.get("path", "/")
+        method: str = scope.get("method", "GET").upper()
+        headers: list[tuple[bytes, bytes]] = list(scope.get("headers") or [])
+        hdr = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers}
+        query = Query(scope.get("query_string", b""))
+        if path in ("/healthz", "/livez") or path.startswith(("/healthz/", "/livez/")):
+            return Response(200, b"ok", content_type="text/plain")
+        if path == "/readyz" or path.startswith("/readyz/"):
+            if self.ready():
+                return Response(200, b"ok", content_type="text/plain")
+            return Response(
+                500, b"[-]store failed: no leader\nreadyz check failed", content_type="text/plain"
+            )
+        if path == "/version":
+            return Response(200, discovery.VERSION)
+        user = self._authenticate(scope, headers)
+        if method == "GET":
+            doc = self._discovery(path)
+            if doc is not None:
+                return Response(200, doc)
+        info = parse_path(method, path, query)
+        if info is None:
+            raise errors.route_not_found()
+        body = await _read_body(receive, hdr)
+        call = Call(user, WriteOptions.parse(query, hdr.get("user-agent", "")))
+        response = await self._resource(call, info, query, hdr, body)
+        response.warnings = call.warnings + response.warnings
+        return response
+
+    def _authenticate(self, scope: Scope, headers: list[tuple[bytes, bytes]]) -> User:
+        if self.authenticator is None:
+            return User("system:admin", ("system:masters", "system:authenticated"))
+        tls = (scope.get("extensions") or {}).get("tls") or {}
+        user = self.authenticator.authenticate(headers, tls.get("client_cert_der"))
+        if user is None:
+            raise errors.unauthorized()
+        return user
+
+    def _discovery(self, path: str) -> Obj | None:
+        path = path.rstrip("/") or "/"
+        registry = self.api.registry
+        if path == "/api":
+            return discovery.api_versions(self.server_address)
+        if path == "/apis":
+            return discovery.api_group_list(registry)
+        if path == "/openapi/v3":
+            return openapi_index(registry)
+        if path.startswith("/openapi/v3/"):
+            rest = path[len("/openapi/v3/") :].split("/")
+            if rest[0] == "api" and len(rest) == 2:
+                doc = openapi_document(registry, "", rest[1])
+            elif rest[0] == "apis" and len(rest) == 3:
+                doc = openapi_document(registry, rest[1], rest[2])
+            else:
+                doc = None
+            if doc is None:
+                raise errors.route_not_found()
+            return doc
+        parts = path.strip("/").split("/")
+        if parts[0] == "api" and len(parts) == 2:
+            return discovery.api_resource_list(registry, "", parts[1]) or _raise_404()
+        if parts[0] == "apis" and len(parts) == 2:
+            return discovery.api_group(registry, parts[1]) or _raise_404()
+        if parts[0] == "apis" and len(parts) == 3:
+            return discovery.api_resource_list(registry, parts[1], parts[2]) or _raise_404()
+        return None
+
+    async def _resource(
+        self, call: Call, info: RequestInfo, query: Query, hdr: dict[str, str], raw: bytes
+    ) -> Response:
+        api = self.api
+        kind = api.kind(info.group, info.version, info.resource)
+        sub = info.subresource
+        if sub and sub not in kind.subresources:
+            raise errors.route_not_found()
+        ns, name, verb = info.namespace, info.name, info.verb
+        content_type = hdr.get("content-type", "application/json").split(";")[0].strip()
+        accept = hdr.get("accept", "")
+        as_table = tables.wants_table(accept)
+        if verb == "get":
+            if sub == "scale":
+                return Response(200, await api.get_scale(call, kind, ns, name))
+            if sub == "log":
+                return await self._logs(call, kind, ns, name, query)
+            obj = await api.get(call, kind, ns, name, rv=query.get("resourceVersion"))
+            if as_table:
+                return Response(
+                    200, self._table(kind, [obj], query, obj["metadata"]["resourceVersion"])
+                )
+            return Response(200, obj)
+        if verb == "list":
+            if as_table:
+                if not kind.namespaced and ns:
+                    raise errors.route_not_found()
+                api._authorize(call, "list", kind, ns)
+                objs, revision, token = await api.select(kind, ns, query)
+                return Response(200, self._table(kind, objs, query, str(revision), token))
+            return Response(200, await api.list_objects(call, kind, ns, query))
+        if verb == "watch":
+            events = await open_watch(api, call, kind, ns, query, name=name)
+            timeout = query.number("timeoutSeconds")
+            return Response(
+                200,
+                stream=self._watch_lines(kind, events, query, as_table),
+                timeout=float(timeout)
+                if timeout and timeout > 0
+                else WATCH_TIMEOUT * (1 + self.rng.random()),
+            )
+        body = decode_body(raw, content_type)
+        if verb == "create":
+            if sub == "binding":
+                return Response(201, await api.bind(call, kind, ns, name, body))
+            if sub or name:
+                raise errors.method_not_allowed()
+            return Response(201, await api.create(call, kind, ns, body))
+        if verb == "update":
+            if sub == "scale":
+                return Response(200, await api.write_scale(call, kind, ns, name, body, None))
+            if sub not in ("", "status"):
+                raise errors.method_not_allowed()
+            obj, created = await api.update(call, kind, ns, name, body, sub)
+            return Response(201 if created else 200, obj)
+        if verb == "patch":
+            if body is None:
+                raise errors.bad_request("the patch body is empty")
+            if sub == "scale":
+                return Response(
+                    200, await api.write_scale(call, kind, ns, name, body, content_type)
+                )
+            if sub not in ("", "status"):
+                raise errors.method_not_allowed()
+            obj, created = await api.patch(call, kind, ns, name, content_type, body, sub)
+            return Response(201 if created else 200, obj)
+        options = _delete_options_from_query(body, query)
+        if verb == "delete":
+            if sub:
+                raise errors.method_not_allowed()
+            obj, code = await api.delete(call, kind, ns, name, options)
+            return Response(code, obj)
+        if verb == "deletecollection":
+            return Response(200, await api.delete_collection(call, kind, ns, query, options))
+        raise errors.method_not_allowed()
+
+    def _table(
+        self,
+        kind: Kind,
+        objs: list[Obj],
+        query: Query,
+        resource_version: str,
+        continue_token: str | None = None,
+    ) -> Obj:
+        return tables.table(
+            kind,
+            objs,
+            self.api.clock(),
+            resource_version=resource_version,
+            continue_token=continue_token,
+            include=tables.include_object(query.get("includeObject")),
+        )
+
+    async def _watch_lines(
+        self, kind: Kind, events: AsyncIterator[Obj], query: Query, as_table: bool
+    ) -> AsyncIterator[bytes]:
+        include = tables.include_object(query.get("includeObject"))
+        first = True
+        try:
+            async for ev in events:
+                if as_table and ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    ev = {
+                        "type": ev["type"],
+                        "object": tables.table(
+                            kind,
+                            [ev["object"]],
+                            self.api.clock(),
+                            resource_version=ev["object"]["metadata"].get("resourceVersion", ""),
+                            include=include,
+                            with_columns=first,
+                        ),
+                    }
+                    first = False
+                yield dumps(ev) + b"\n"
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()
+
+    async def _logs(self, call: Call, kind: Kind, ns: str, name: str, query: Query) -> Response:
+        pod = await self.api.get(call, kind, ns, name)
+        self.api._authorize(call, "get", kind, ns, name, "log")
+        containers = [
+            c.get("name")
+            for c in ((pod.get("spec") or {}).get("containers") or [])
+            + ((pod.get("spec") or {}).get("initContainers") or [])
+            if isinstance(c, dict)
+        ]
+        container = query.get("container")
+        if not container:
+            regular = [
+                c.get("name")
+                for c in ((pod.get("spec") or {}).get("containers") or [])
+                if isinstance(c, dict)
+            ]
+            if len(regular) != 1:
+                raise errors.bad_request(
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(str(c) for c in regular)}]"
+                )
+            container = str(regular[0])
+        if container not in containers:
+            raise errors.bad_request(f"container {container} is not valid for pod {name}")
+        if self.logs is None or not (pod.get("spec") or {}).get("nodeName"):
+            raise errors.bad_request(
+                f'container "{container}" in pod "{name}" is waiting to start: ContainerCreating'
+            )
+        stream = await self.logs.open_logs(pod, container, query)
+        return Response(
+            200,
+            content_type="text/plain",
+            stream=stream,
+            timeout=None if query.flag("follow") else 300.0,
+        )
+
+
+def _raise_404() -> Obj:
+    raise errors.route_not_found()
+
+
+def _delete_options_from_query(body: Any, query: Query) -> Any:
+    options = dict(body) if isinstance(body, dict) else body
+    if options is None:
+        options = {}
+    if isinstance(options, dict):
+        for key in ("propagationPolicy",):
+            if query.get(key):
+                options.setdefault(key, query.get(key))
+        grace = query.number("gracePeriodSeconds")
+        if grace is not None:
+            options.setdefault("gracePeriodSeconds", grace)
+        if query.flag("orphanDependents"):
+            options.setdefault("orphanDependents", True)
+    return options
+
+
+async def _read_body(receive: Receive, hdr: dict[str, str]) -> bytes:
+    length = hdr.get("content-length")
+    if length and length.isdigit() and int(length) > MAX_BODY:
+        raise errors.too_large(f"the request body is larger than {MAX_BODY} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise errors.too_large(f"the request body is larger than {MAX_BODY} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,139 @@
+"""How a write turns into the object that is stored: create/update preparation (pure).
+
+The rules every kind shares, in one place:
+* Create: the server sets uid, creationTimestamp, generation 1 and resolves generateName; it drops
+  `resourceVersion`, `deletionTimestamp` and `status` when the kind has a status subresource
+  (status is the system's, written through `/status`), keeping status for kinds whose status is
+  written with the object (Node, CRD status set by the server itself).
+* Update of the main resource: status changes are ignored (the old status is kept); of the
+  status subresource: only status changes are taken. Server-owned metadata (uid,
+  creationTimestamp, deletionTimestamp, deletionGracePeriodSeconds, generation) is never taken
+  from the client. `generation` is bumped when anything outside metadata and status changed.
+* `same_object` says whether a write would change nothing, so the server can skip it and keep
+  the resourceVersion (what makes applying the same manifest twice a no-op).
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from typing import Any
+
+from .schema.kind import Kind
+
+Obj = dict[str, Any]
+
+_SERVER_META = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+)
+# Fields that change on every write, or are bookkeeping: ignored when asking "did it change?".
+_VOLATILE_META = ("resourceVersion", "managedFields", "generation")
+# Kinds whose creator legitimately sets status in the same request.
+_STATUS_ON_CREATE = {("", "nodes")}
+
+
+def has_status(kind: Kind) -> bool:
+    return "status" in kind.subresources
+
+
+def content(obj: Obj) -> Obj:
+    """Everything that counts as 'spec' for generation: all but metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def prepare_create(kind: Kind, obj: Obj, *, now: str, name: str) -> Obj:
+    out = copy.deepcopy(obj)
+    meta = out.setdefault("metadata", {})
+    meta["name"] = name
+    meta["uid"] = str(uuid.uuid4())
+    meta["creationTimestamp"] = now
+    meta["generation"] = 1
+    for key in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+        meta.pop(key, None)
+    if not kind.namespaced:
+        meta.pop("namespace", None)
+    if has_status(kind) and (kind.group, kind.plural) not in _STATUS_ON_CREATE:
+        out.pop("status", None)
+    if (kind.group, kind.plural) == ("", "pods"):
+        out["status"] = {"phase": "Pending", "qosClass": qos_class(out.get("spec") or {})}
+    out["apiVersion"] = kind.api_version
+    out["kind"] = kind.kind
+    return out
+
+
+def qos_class(spec: Obj) -> str:
+    """Guaranteed (limits = requests for cpu and memory everywhere), BestEffort (none), else
+    Burstable; as the kubelet computes it."""
+    containers = [
+        c
+        for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
+        if isinstance(c, dict)
+    ]
+    any_set = False
+    guaranteed = bool(containers)
+    for c in containers:
+        res = c.get("resources") or {}
+        limits = res.get("limits") or {}
+        requests = res.get("requests") or {}
+        if limits or requests:
+            any_set = True
+        for r in ("cpu", "memory"):
+            if r not in limits or str(requests.get(r, limits[r])) != str(limits[r]):
+                guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def prepare_update(kind: Kind, new: Obj, old: Obj, *, subresource: str) -> Obj:
+    """The object to store for an update of `old` with client input `new` (not mutated)."""
+    if subresource == "status":
+        out = copy.deepcopy(old)
+        if "status" in new:
+            out["status"] = copy.deepcopy(new["status"])
+        else:
+            out.pop("status", None)
+        return out
+    out = copy.deepcopy(new)
+    meta = out.setdefault("metadata", {})
+    old_meta = old.get("metadata", {})
+    for key in _SERVER_META:
+        if key in old_meta:
+            meta[key] = copy.deepcopy(old_meta[key])
+        else:
+            meta.pop(key, None)
+    meta.pop("selfLink", None)
+    if has_status(kind):
+        if "status" in old:
+            out["status"] = copy.deepcopy(old["status"])
+        else:
+            out.pop("status", None)
+    if content(out) != content(old):
+        meta["generation"] = int(old_meta.get("generation", 1)) + 1
+    out["apiVersion"] = kind.api_version
+    out["kind"] = kind.kind
+    return out
+
+
+def _comparable(obj: Obj) -> Obj:
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k not in _VOLATILE_META}
+    return {**obj, "metadata": meta}
+
+
+def same_object(a: Obj, b: Obj) -> bool:
+    """True when storing `a` over `b` would change nothing a client could observe."""
+    if _comparable(a) != _comparable(b):
+        return False
+    # managedFields count too, but not their timestamps.
+    return _fields_without_time(a) == _fields_without_time(b)
+
+
+def _fields_without_time(obj: Obj) -> list[Any]:
+    entries = obj.get("metadata", {}).get("managedFields") or []
+    return [
+        {k: v for k, v in e.items() if k != "time"} if isinstance(e, dict) else e for e in entries
+    ]
