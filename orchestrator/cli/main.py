@@ -1,7 +1,9 @@
 """Entry point of the `orchestrator` command.
 
 Subcommands: `server` (run a Raft server with the replicated KV store), `kv` (put/get/delete
-against it), `member` (membership changes), `status` (per-server Raft status). Errors are
+against it), `member` (membership changes), `status` (per-server Raft status), and the
+kubectl-like `apply`, `get`, `describe`, `delete`, `scale`, `logs`, `rollout`, `explain`,
+`api-resources` against the API server (`orchestrator.cli.kube`). Errors are
 printed as one line for people, never as a traceback, with exit status 1 (2 for usage errors).
 """
 
@@ -139,6 +141,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", parents=[ep], help="Raft status of every server")
     st.add_argument("-o", "--output", choices=["table", "json"], default="table")
+
+    from . import kube  # kubectl-like commands against the API server (apply, get, ...)
+
+    kube.add_parsers(sub)
     return p
 
 
@@ -296,6 +302,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "server":
             return _server(args)
+        from . import kube
+
+        if args.command in kube.COMMANDS:
+            return kube.main(args)
         return trio.run(_client_command, args)
     except KeyboardInterrupt:
         return 130

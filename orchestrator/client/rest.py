@@ -1,0 +1,521 @@
+"""An async Kubernetes REST client on httpx: CRUD, patch, watch and streams, with Status errors.
+
+Theory of operation. `RestClient(config)` is used as `async with RestClient(cfg) as c:`; the
+`httpx.AsyncClient` (one connection pool, TLS with the cluster CA, bearer token or client
+certificate) lives exactly as long as that block. Every call is one HTTP request:
+
+* a 2xx answer is decoded (JSON when the Content-Type says so, else text) and returned;
+* any other answer raises `ApiException(code, reason, message, status_body)`, parsed from the
+  metav1.Status body when there is one (else built from the HTTP status line);
+* a transport failure (refused, TLS, reset) raises `ApiConnectionError`, naming the server.
+
+Streams (watches, `pods/log?follow=true`) are async context managers, so the response is closed
+when the caller's block ends, by cancellation too: `async with c.watch(PODS, "default") as
+events: async for etype, obj in events: ...`. Watch lines are split by the sans-IO
+`WatchDecoder`; an in-stream `ERROR` event raises `ApiException` (e.g. 410 Expired), a clean end
+of the stream ends the iteration (callers re-watch from the last resourceVersion).
+
+Invariants: no printing and no retries here (callers own policy and timeouts, with
+`trio.fail_after` around calls); `Warning` headers go to the `on_warning` callback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import tempfile
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import httpx
+
+from .config import ClientConfig
+from .resource import ResourceInfo
+
+__all__ = [
+    "APPLY_PATCH",
+    "JSON",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "STRATEGIC_MERGE_PATCH",
+    "TABLE_ACCEPT",
+    "ApiConnectionError",
+    "ApiException",
+    "RestClient",
+    "WatchDecoder",
+    "WatchEvent",
+]
+
+JSON = "application/json"
+TABLE_ACCEPT = (
+    "application/json;as=Table;v=v1;g=meta.k8s.io,"
+    "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+)
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+Params = Mapping[str, str | int | bool | None]
+WatchEvent = tuple[str, dict[str, Any]]  # ("ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK", obj)
+
+
+class ApiException(Exception):
+    """The server answered with an error (a metav1.Status, or at least an HTTP status)."""
+
+    def __init__(
+        self, code: int, reason: str, message: str, status_body: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(f"{code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.status_body = status_body
+
+    @property
+    def details(self) -> dict[str, Any]:
+        d = (self.status_body or {}).get("details")
+        return d if isinstance(d, dict) else {}
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any], http_code: int = 0) -> ApiException:
+        code = status.get("code")
+        code = code if isinstance(code, int) and code else http_code
+        reason = str(status.get("reason") or _reason_for(code))
+        message = str(status.get("message") or reason)
+        return cls(code, reason, message, dict(status))
+
+    @classmethod
+    def from_response(cls, code: int, body: bytes, phrase: str = "") -> ApiException:
+        try:
+            doc = json.loads(body) if body else None
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and doc.get("kind") == "Status":
+            return cls.from_status(doc, code)
+        text = body.decode("utf-8", "replace").strip()
+        reason = _reason_for(code) if code in _REASONS else (phrase or f"HTTP {code}")
+        return cls(code, reason, text or phrase or reason, None)
+
+
+class ApiConnectionError(Exception):
+    """The API server could not be reached or the connection broke."""
+
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+def _reason_for(code: int) -> str:
+    return _REASONS.get(code, "Unknown")
+
+
+@dataclass
+class WatchDecoder:
+    """Sans-IO framing of a watch stream: bytes in, `(type, object)` events out.
+
+    One JSON object per line; blank lines are skipped; a partial line waits for more data.
+    An `ERROR` event raises `ApiException` from its Status object.
+    """
+
+    _buf: bytearray = field(default_factory=bytearray)
+
+    def receive_data(self, data: bytes) -> list[WatchEvent]:
+        self._buf += data
+        out: list[WatchEvent] = []
+        while (i := self._buf.find(b"\n")) >= 0:
+            line = bytes(self._buf[:i]).strip()
+            del self._buf[: i + 1]
+            if line:
+                out.append(self._event(line))
+        return out
+
+    def close(self) -> list[WatchEvent]:
+        """The stream ended: a last line without its newline still counts."""
+        line = bytes(self._buf).strip()
+        self._buf.clear()
+        return [self._event(line)] if line else []
+
+    @staticmethod
+    def _event(line: bytes) -> WatchEvent:
+        try:
+            doc = json.loads(line)
+        except ValueError as exc:
+            raise ApiException(500, "InternalError", f"bad watch line: {line[:200]!r}") from exc
+        if not isinstance(doc, dict) or not isinstance(doc.get("object"), dict):
+            raise ApiException(500, "InternalError", f"bad watch event: {line[:200]!r}")
+        etype = str(doc.get("type", ""))
+        if etype == "ERROR":
+            raise ApiException.from_status(doc["object"], 500)
+        return etype, doc["object"]
+
+
+def _ssl_context(cfg: ClientConfig) -> ssl.SSLContext:
+    if cfg.insecure:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif cfg.ca_pem:
+        ctx = ssl.create_default_context(cadata=cfg.ca_pem.decode("ascii", "replace"))
+    else:
+        ctx = ssl.create_default_context()
+    if cfg.cert_pem and cfg.key_pem:
+        # ssl can only load a client key from a file: write both to a private temp dir, briefly.
+        with tempfile.TemporaryDirectory(prefix="orch-client-") as d:
+            cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+            for path, data in ((cert, cfg.cert_pem), (key, cfg.key_pem)):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def _clean(params: Params | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in (params or {}).items():
+        if v is None:
+            continue
+        out[k] = ("true" if v else "false") if isinstance(v, bool) else str(v)
+    return out
+
+
+class RestClient:
+    """Async REST client for one API server; use as `async with RestClient(cfg) as client`.
+
+    `transport` replaces the network (tests pass `httpx.MockTransport`); `timeout` bounds each
+    non-streaming request (connect/read/write), streams have no read timeout.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = 30.0,
+        user_agent: str = "orchestrator-client/0.1",
+        on_warning: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self._transport = transport
+        self._timeout = timeout
+        self._user_agent = user_agent
+        self._on_warning = on_warning
+        self._http: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> Self:
+        headers = {"User-Agent": self._user_agent}
+        if self.config.token:
+            headers["Authorization"] = f"Bearer {self.config.token}"
+        verify: ssl.SSLContext | bool = True
+        if self._transport is None and self.config.server.startswith("https:"):
+            verify = _ssl_context(self.config)
+        self._http = httpx.AsyncClient(
+            base_url=self.config.server,
+            headers=headers,
+            verify=verify,
+            transport=self._transport,
+            timeout=self._timeout,
+        )
+        await self._http.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            await http.__aexit__(*exc)  # type: ignore[arg-type]  # forwards the exc triple as is
+
+    # ---- raw requests -------------------------------------------------------------------------
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            raise RuntimeError("RestClient used outside `async with`")
+        return self._http
+
+    def _build(
+        self,
+        method: str,
+        path: str,
+        params: Params | None,
+        body: Any,
+        content_type: str | None,
+        accept: str,
+        stream: bool,
+    ) -> httpx.Request:
+        headers = {"Accept": accept}
+        content: bytes | None = None
+        if body is not None:
+            if isinstance(body, bytes):
+                content = body
+            elif isinstance(body, str):
+                content = body.encode()
+            else:
+                content = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = content_type or JSON
+        extensions: dict[str, Any] = {}
+        if self.config.tls_server_name:
+            extensions["sni_hostname"] = self.config.tls_server_name
+        timeout = httpx.Timeout(self._timeout, read=None) if stream else httpx.USE_CLIENT_DEFAULT
+        return self._client().build_request(
+            method,
+            path,
+            params=_clean(params),
+            content=content,
+            headers=headers,
+            extensions=extensions,
+            timeout=timeout,
+        )
+
+    def _warn(self, response: httpx.Response) -> None:
+        if self._on_warning is None:
+            return
+        for value in response.headers.get_list("warning"):
+            # `299 - "text"`: kubectl shows only the text.
+            code, _, rest = value.partition(" ")
+            _agent, _, text = rest.partition(" ")
+            text = text.strip()
+            if text.startswith('"') and text.endswith('"') and len(text) >= 2:
+                text = text[1:-1].replace('\\"', '"')
+            self._on_warning(text if code.isdigit() and text else value)
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        accept: str = JSON,
+    ) -> httpx.Response:
+        """One request; the whole response is read. Non-2xx raises `ApiException`."""
+        req = self._build(method, path, params, body, content_type, accept, stream=False)
+        try:
+            resp = await self._client().send(req)
+        except httpx.TransportError as exc:
+            raise self._connection_error(exc) from exc
+        self._warn(resp)
+        if not resp.is_success:
+            raise ApiException.from_response(resp.status_code, resp.content, resp.reason_phrase)
+        return resp
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        accept: str = JSON,
+    ) -> Any:
+        """One request; returns the decoded JSON body (or the text for non-JSON answers)."""
+        resp = await self.send(
+            method, path, params=params, body=body, content_type=content_type, accept=accept
+        )
+        return _decode(resp)
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        accept: str = JSON,
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
+        """A streaming request; yields an iterator of body chunks (no read timeout).
+
+        Errors before the body starts (non-2xx) raise `ApiException` on entry.
+        """
+        req = self._build(method, path, params, body, content_type, accept, stream=True)
+        try:
+            resp = await self._client().send(req, stream=True)
+        except httpx.TransportError as exc:
+            raise self._connection_error(exc) from exc
+        try:
+            self._warn(resp)
+            if not resp.is_success:
+                data = await resp.aread()
+                raise ApiException.from_response(resp.status_code, data, resp.reason_phrase)
+            yield self._chunks(resp)
+        finally:
+            await resp.aclose()
+
+    async def _chunks(self, resp: httpx.Response) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in resp.aiter_raw():
+                yield chunk
+        except httpx.TransportError as exc:
+            raise self._connection_error(exc) from exc
+
+    def _connection_error(self, exc: httpx.TransportError) -> ApiConnectionError:
+        detail = str(exc) or type(exc).__name__
+        return ApiConnectionError(f"cannot reach the API server at {self.config.server}: {detail}")
+
+    # ---- resource verbs -----------------------------------------------------------------------
+
+    def _ns(self, res: ResourceInfo, namespace: str | None) -> str | None:
+        return (namespace or self.config.namespace) if res.namespaced else None
+
+    async def get(
+        self,
+        res: ResourceInfo,
+        name: str,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        params: Params | None = None,
+        accept: str = JSON,
+    ) -> Any:
+        """GET one object (namespace defaults to the config's)."""
+        path = res.path(self._ns(res, namespace), name, subresource)
+        return await self.request("GET", path, params=params, accept=accept)
+
+    async def list(
+        self,
+        res: ResourceInfo,
+        namespace: str | None = None,
+        *,
+        all_namespaces: bool = False,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        params: Params | None = None,
+        accept: str = JSON,
+    ) -> Any:
+        """LIST a collection (a `...List`, or a Table with `accept=TABLE_ACCEPT`)."""
+        ns = None if all_namespaces else self._ns(res, namespace)
+        q: dict[str, Any] = dict(params or {})
+        q.setdefault("labelSelector", label_selector)
+        q.setdefault("fieldSelector", field_selector)
+        return await self.request("GET", res.path(ns), params=q, accept=accept)
+
+    async def create(
+        self,
+        res: ResourceInfo,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        params: Params | None = None,
+    ) -> Any:
+        """POST a new object; the namespace defaults to the body's, then the config's."""
+        ns = namespace or (body.get("metadata") or {}).get("namespace")
+        return await self.request("POST", res.path(self._ns(res, ns)), params=params, body=body)
+
+    async def replace(
+        self,
+        res: ResourceInfo,
+        name: str,
+        body: dict[str, Any],
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        params: Params | None = None,
+    ) -> Any:
+        """PUT the whole object (conditional on `metadata.resourceVersion` when it is set)."""
+        path = res.path(self._ns(res, namespace), name, subresource)
+        return await self.request("PUT", path, params=params, body=body)
+
+    async def patch(
+        self,
+        res: ResourceInfo,
+        name: str,
+        body: Any,
+        namespace: str | None = None,
+        *,
+        content_type: str = MERGE_PATCH,
+        subresource: str | None = None,
+        params: Params | None = None,
+    ) -> Any:
+        """PATCH with one of the four patch types (`MERGE_PATCH`, `STRATEGIC_MERGE_PATCH`,
+        `JSON_PATCH`, `APPLY_PATCH` with a `fieldManager` param)."""
+        path = res.path(self._ns(res, namespace), name, subresource)
+        return await self.request(
+            "PATCH", path, params=params, body=body, content_type=content_type
+        )
+
+    async def delete(
+        self,
+        res: ResourceInfo,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation_policy: str | None = "Background",
+        params: Params | None = None,
+    ) -> Any:
+        """DELETE one object; returns the deleted object or a Status."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation_policy:
+            body["propagationPolicy"] = propagation_policy
+        path = res.path(self._ns(res, namespace), name)
+        return await self.request("DELETE", path, params=params, body=body)
+
+    @asynccontextmanager
+    async def watch(
+        self,
+        res: ResourceInfo,
+        namespace: str | None = None,
+        *,
+        all_namespaces: bool = False,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_bookmarks: bool = False,
+        params: Params | None = None,
+        accept: str = JSON,
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        """WATCH a collection: yields an async iterator of `(type, object)`.
+
+        `resource_version` None or "0" starts with synthetic ADDED events for what exists.
+        """
+        ns = None if all_namespaces else self._ns(res, namespace)
+        q: dict[str, Any] = dict(params or {})
+        q.update(watch=True, resourceVersion=resource_version, labelSelector=label_selector)
+        q.update(fieldSelector=field_selector, timeoutSeconds=timeout_seconds)
+        if allow_bookmarks:
+            q["allowWatchBookmarks"] = True
+        async with self.stream("GET", res.path(ns), params=q, accept=accept) as chunks:
+            yield _events(chunks)
+
+
+async def _events(chunks: AsyncIterator[bytes]) -> AsyncIterator[WatchEvent]:
+    dec = WatchDecoder()
+    async for chunk in chunks:
+        for ev in dec.receive_data(chunk):
+            yield ev
+    for ev in dec.close():
+        yield ev
+
+
+def _decode(resp: httpx.Response) -> Any:
+    ctype = resp.headers.get("content-type", "")
+    if not resp.content:
+        return None
+    if "json" in ctype or (not ctype and resp.content[:1] in (b"{", b"[")):
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise ApiException(
+                resp.status_code, "InternalError", f"the server sent invalid JSON: {exc}"
+            ) from exc
+    return resp.text
