@@ -1,0 +1,244 @@
+"""Field paths and field sets for server-side apply (structured-merge-diff's `fieldpath`).
+
+Theory of operation. A *path* names one node of an object as a tuple of path elements, each a
+string in the FieldsV1 spelling:
+
+* `f:<name>`  a map field or map entry;
+* `k:<json>`  the item of an associative list (list-type `map`, or a list with a patch merge
+  key) whose key fields have these values, JSON with sorted keys: `k:{"name":"nginx"}`;
+* `v:<json>`  the item of a set list with this value: `v:"example.com/finalizer"`;
+* `i:<n>`     an item by index (only for list items that have no key).
+
+A *field set* is a frozenset of paths: the nodes some manager owns. `fieldset_of(obj, schema)`
+gives the nodes an object configures, following the walk structured-merge-diff does: scalars,
+atomic lists and atomic maps are leaves; a granular map contributes its fields (an entry that is
+not a declared property, or whose value is null or `{}`, is also a member itself); an
+associative or set list contributes each item, and an associative item its fields as well.
+
+`encode_fields_v1` / `decode_fields_v1` convert to and from the tree stored in
+`metadata.managedFields[].fieldsV1`, where `".": {}` marks a node that is a member and also has
+members below it. `path_string` renders a path the way conflict messages print it:
+`.spec.template.spec.containers[name="nginx"].image`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import bad_request
+from ._util import (
+    Schema,
+    canonical,
+    child_schema,
+    is_atomic_map,
+    is_declared_field,
+    item_schema,
+    list_map_keys,
+    list_type,
+    patch_merge_key,
+    short,
+)
+
+__all__ = [
+    "FieldSet",
+    "Member",
+    "Path",
+    "decode_fields_v1",
+    "encode_fields_v1",
+    "fieldset_of",
+    "item_element",
+    "list_keys",
+    "members_of",
+    "path_string",
+]
+
+Path = tuple[str, ...]
+FieldSet = frozenset[Path]
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One node an object configures: `leaf` nodes compare by `value`, containers by presence."""
+
+    leaf: bool
+    value: Any
+
+
+# --- the FieldsV1 tree ---------------------------------------------------------------------
+
+
+def encode_fields_v1(fields: FieldSet) -> dict[str, Any]:
+    """The FieldsV1 JSON tree of a field set (keys sorted, `"."` for members with children)."""
+    tree: dict[str, Any] = {}
+    members: set[Path] = set(fields)
+    for path in fields:
+        node = tree
+        for element in path:
+            node = node.setdefault(element, {})
+
+    def finish(node: dict[str, Any], prefix: Path) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if node and prefix in members:
+            out["."] = {}
+        for element in sorted(node):
+            out[element] = finish(node[element], (*prefix, element))
+        return out
+
+    return finish(tree, ())
+
+
+def _canonical_element(element: str) -> str:
+    kind, sep, rest = element.partition(":")
+    if not sep or kind not in ("f", "k", "v", "i"):
+        raise bad_request(f"managedFields: invalid path element {short(element)}")
+    if kind == "f":
+        return element
+    if kind == "i":
+        if not rest.isascii() or not rest.isdigit():
+            raise bad_request(f"managedFields: invalid index {short(element)}")
+        return f"i:{int(rest)}"
+    try:
+        value = json.loads(rest)
+    except ValueError:
+        raise bad_request(f"managedFields: invalid JSON in path element {short(element)}") from None
+    if kind == "k" and not isinstance(value, dict):
+        raise bad_request(f"managedFields: key element must be an object: {short(element)}")
+    return f"{kind}:{canonical(value)}"
+
+
+def decode_fields_v1(tree: Any) -> FieldSet:
+    """Parse a FieldsV1 tree; a malformed one is a 400 BadRequest."""
+    if not isinstance(tree, dict):
+        raise bad_request("managedFields: fieldsV1 must be an object")
+    out: set[Path] = set()
+
+    def walk(node: dict[str, Any], prefix: Path) -> None:
+        for key, child in node.items():
+            if not isinstance(child, dict):
+                raise bad_request(f"managedFields: {short(key)} must map to an object")
+            if key == ".":
+                if prefix:
+                    out.add(prefix)
+                continue
+            path = (*prefix, _canonical_element(key))
+            if child:
+                walk(child, path)
+            else:
+                out.add(path)
+
+    try:
+        walk(tree, ())
+    except RecursionError:
+        raise bad_request("managedFields: fieldsV1 is nested too deeply") from None
+    return frozenset(out)
+
+
+def path_string(path: Path) -> str:
+    """`.spec.containers[name="nginx"].image`, `.metadata.finalizers[="x"]`, `.spec.args[0]`."""
+    parts = []
+    for element in path:
+        kind, _, rest = element.partition(":")
+        if kind == "f":
+            parts.append("." + rest)
+        elif kind == "k":
+            keys = json.loads(rest)
+            inner = ",".join(f"{k}={canonical(v)}" for k, v in sorted(keys.items()))
+            parts.append(f"[{inner}]")
+        elif kind == "v":
+            parts.append(f"[={rest}]")
+        else:
+            parts.append(f"[{rest}]")
+    return "".join(parts)
+
+
+# --- what an object configures -------------------------------------------------------------
+
+
+def list_keys(schema: Schema) -> list[str]:
+    """Key fields of an associative list: list-map keys, else the patch merge key, else []."""
+    if list_type(schema) == "map":
+        keys = list_map_keys(schema)
+        if keys:
+            return keys
+    merge_key = patch_merge_key(schema)
+    return [merge_key] if merge_key else []
+
+
+def item_element(item: Any, index: int, keys: list[str], schema: Schema) -> str:
+    """The path element naming `item` (at `index`) in an associative list with `keys`."""
+    if not isinstance(item, dict):
+        return f"i:{index}"
+    items = item_schema(schema)
+    found: dict[str, Any] = {}
+    for key in keys:
+        if key in item and item[key] is not None:
+            found[key] = item[key]
+        else:
+            field = child_schema(items, key)
+            if field is not None and "default" in field:
+                found[key] = field["default"]
+    return f"k:{canonical(found)}" if found else f"i:{index}"
+
+
+def _is_set(schema: Schema) -> bool:
+    return list_type(schema) == "set"
+
+
+def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Member]) -> None:
+    if isinstance(value, dict):
+        if path and is_atomic_map(schema):
+            out[path] = Member(True, value)
+            return
+        for key, child in value.items():
+            sub = (*path, f"f:{key}")
+            child_s = child_schema(schema, key)
+            _walk(child, child_s, sub, out)
+            if sub in out:
+                continue
+            if child is None or child == {} or not is_declared_field(schema, key):
+                out[sub] = Member(not _is_container(child, child_s), child)
+        return
+    if isinstance(value, list) and path:
+        keys = list_keys(schema)
+        if keys:
+            items = item_schema(schema)
+            for index, item in enumerate(value):
+                element = item_element(item, index, keys, schema)
+                sub = (*path, element)
+                if element.startswith("k:"):
+                    _walk(item, items, sub, out)
+                    out[sub] = Member(False, None)
+                else:
+                    out[sub] = Member(True, item)
+            return
+        if _is_set(schema):
+            for item in value:
+                out[(*path, f"v:{canonical(item)}")] = Member(True, item)
+            return
+    if path:
+        out[path] = Member(True, value)
+
+
+def _is_container(value: Any, schema: Schema) -> bool:
+    if isinstance(value, dict):
+        return not is_atomic_map(schema)
+    if isinstance(value, list):
+        return bool(list_keys(schema)) or _is_set(schema)
+    return False
+
+
+def members_of(obj: Any, schema: Schema) -> dict[Path, Member]:
+    """Every node `obj` configures, with whether it is a leaf and its value."""
+    out: dict[Path, Member] = {}
+    try:
+        _walk(obj, schema, (), out)
+    except RecursionError:
+        raise bad_request("object is nested too deeply") from None
+    return out
+
+
+def fieldset_of(obj: Any, schema: Schema) -> FieldSet:
+    """The field set `obj` configures under `schema` (see the module docstring)."""
+    return frozenset(members_of(obj, schema))
