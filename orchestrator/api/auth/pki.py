@@ -1,0 +1,320 @@
+"""The cluster's PKI in `DATA_DIR/pki/`: one CA, the API server's serving certificate, client certs.
+
+Files (PEM): `ca.crt`, `ca.key` (EC P-256, 10 years), `apiserver.crt`, `apiserver.key` (EC P-256,
+1 year, signed by the CA, SANs = localhost, the host name, 127.0.0.1, ::1 plus what the caller
+asks for). Client certificates follow Kubernetes: CN = user name, O = groups.
+
+Invariants: the CA is created once and never replaced by this module (a new CA would orphan
+every issued client certificate and kubeconfig); the serving certificate is re-issued when the
+requested SANs differ from its SANs, when it was not signed by the current CA, or when it expires
+within `RENEW_BEFORE` (k3s renews leaves 120 days ahead). Every file is written atomically
+(temporary file, fsync, rename, fsync of the directory); keys with mode 0600.
+
+This is startup/CLI code: it does blocking file I/O; async callers run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import ipaddress
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_DAYS = 3650
+LEAF_DAYS = 365
+RENEW_BEFORE = dt.timedelta(days=120)
+CA_COMMON_NAME = "orchestrator-ca"
+SERVING_COMMON_NAME = "orchestrator-apiserver"
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data` so readers see the old or the new file, never a torn one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)  # the umask must not widen or narrow what we asked for
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+@dataclass(frozen=True)
+class Pki:
+    """The loaded PKI. `ca_key` is private to this process; nothing serialises it but `ca.key`."""
+
+    dir: Path
+    ca_cert: x509.Certificate
+    ca_key: ec.EllipticCurvePrivateKey
+    serving_cert: x509.Certificate
+
+    @property
+    def ca_cert_path(self) -> Path:
+        return self.dir / "ca.crt"
+
+    @property
+    def serving_cert_path(self) -> Path:
+        return self.dir / "apiserver.crt"
+
+    @property
+    def serving_key_path(self) -> Path:
+        return self.dir / "apiserver.key"
+
+    @property
+    def ca_pem(self) -> bytes:
+        return self.ca_cert.public_bytes(serialization.Encoding.PEM)
+
+    def ca_hash(self) -> str:
+        """`sha256:<hex>` of the CA certificate (DER), for CA-pinned join tokens."""
+        der = self.ca_cert.public_bytes(serialization.Encoding.DER)
+        return "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _name(common_name: str, organizations: list[str] | tuple[str, ...] = ()) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    return x509.Name(attrs)
+
+
+def _new_ca(now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = _new_key()
+    name = _name(CA_COMMON_NAME)
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=CA_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(ski, critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def _leaf(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    now: dt.datetime,
+    days: int,
+    sans: list[x509.GeneralName] | None = None,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = _new_key()
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def _general_name(san: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(san))
+    except ValueError:
+        return x509.DNSName(san.lower())
+
+
+def default_sans() -> list[str]:
+    """What every serving certificate covers: localhost, this host's name, both loopbacks."""
+    out = ["localhost", "127.0.0.1", "::1"]
+    host = socket.gethostname()
+    if host:
+        out.append(host)
+    return out
+
+
+def _san_key(names: list[x509.GeneralName]) -> frozenset[str]:
+    out: set[str] = set()
+    for n in names:
+        if isinstance(n, x509.IPAddress):
+            out.add(f"ip:{n.value}")
+        elif isinstance(n, x509.DNSName):
+            out.add(f"dns:{n.value.lower()}")
+    return frozenset(out)
+
+
+def _cert_sans(cert: x509.Certificate) -> list[x509.GeneralName]:
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return []
+    return list(ext.value)
+
+
+def signed_by(cert: x509.Certificate, ca_cert: x509.Certificate) -> bool:
+    """True if `ca_cert` issued `cert` (names and signature)."""
+    try:
+        cert.verify_directly_issued_by(ca_cert)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def _serving_ok(
+    cert: x509.Certificate, ca_cert: x509.Certificate, wanted: frozenset[str], now: dt.datetime
+) -> bool:
+    return (
+        signed_by(cert, ca_cert)
+        and _san_key(_cert_sans(cert)) == wanted
+        and cert.not_valid_after_utc - RENEW_BEFORE > now
+        and cert.not_valid_before_utc <= now
+    )
+
+
+def ensure_pki(
+    data_dir: str | os.PathLike[str], sans: list[str], *, now: dt.datetime | None = None
+) -> Pki:
+    """Load `DATA_DIR/pki`, creating the CA on first start and (re)issuing the serving cert.
+
+    `sans` are extra IP addresses or DNS names for the serving certificate, on top of
+    `default_sans()`. The CA is never regenerated; a missing CA key next to an existing CA
+    certificate is an error (someone removed it: restore it rather than split the cluster).
+    """
+    now = now or _now()
+    pki_dir = Path(data_dir) / "pki"
+    pki_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ca_crt, ca_key_path = pki_dir / "ca.crt", pki_dir / "ca.key"
+    if ca_crt.exists() or ca_key_path.exists():
+        if not (ca_crt.exists() and ca_key_path.exists()):
+            raise RuntimeError(
+                f"{pki_dir}: found only one of ca.crt and ca.key; restore the other "
+                "(a new CA would invalidate every issued certificate)"
+            )
+        ca_cert = x509.load_pem_x509_certificate(ca_crt.read_bytes())
+        loaded = serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None)
+        if not isinstance(loaded, ec.EllipticCurvePrivateKey):
+            raise RuntimeError(f"{ca_key_path}: expected an EC private key")
+        ca_key = loaded
+    else:
+        ca_cert, ca_key = _new_ca(now)
+        atomic_write(ca_key_path, _key_pem(ca_key), 0o600)
+        atomic_write(ca_crt, _cert_pem(ca_cert), 0o644)
+
+    wanted_names = [_general_name(s) for s in dict.fromkeys([*default_sans(), *sans]) if s]
+    wanted = _san_key(wanted_names)
+    crt_path, key_path = pki_dir / "apiserver.crt", pki_dir / "apiserver.key"
+    serving: x509.Certificate | None = None
+    if crt_path.exists() and key_path.exists():
+        serving = x509.load_pem_x509_certificate(crt_path.read_bytes())
+        if not _serving_ok(serving, ca_cert, wanted, now):
+            serving = None
+    if serving is None:
+        serving, key = _leaf(
+            ca_cert,
+            ca_key,
+            _name(SERVING_COMMON_NAME),
+            ExtendedKeyUsageOID.SERVER_AUTH,
+            now,
+            LEAF_DAYS,
+            wanted_names,
+        )
+        atomic_write(key_path, _key_pem(key), 0o600)
+        atomic_write(crt_path, _cert_pem(serving), 0o644)
+    return Pki(pki_dir, ca_cert, ca_key, serving)
+
+
+def issue_client_cert(
+    pki: Pki,
+    common_name: str,
+    organizations: list[str] | tuple[str, ...] = (),
+    *,
+    days: int = LEAF_DAYS,
+    now: dt.datetime | None = None,
+) -> tuple[bytes, bytes]:
+    """A client certificate (CN = user, O = groups) and its key, both PEM. Nothing is stored."""
+    cert, key = _leaf(
+        pki.ca_cert,
+        pki.ca_key,
+        _name(common_name, organizations),
+        ExtendedKeyUsageOID.CLIENT_AUTH,
+        now or _now(),
+        days,
+    )
+    return _cert_pem(cert), _key_pem(key)

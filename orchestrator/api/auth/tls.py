@@ -1,0 +1,131 @@
+"""Serving an ASGI app over HTTPS (or plain HTTP) with hypercorn's trio machinery, such that the
+app sees the client certificate.
+
+Why not `hypercorn.trio.serve`: hypercorn 0.18 does not put the peer certificate in the ASGI
+scope, and its `worker_serve` hard-codes its `TCPServer`. So `serve` builds the listeners itself
+(as `worker_serve` does) and hands each accepted stream to a small handler that
+
+1. completes the TLS handshake (bounded by `config.ssl_handshake_timeout`; a failed or slow
+   handshake just drops the connection),
+2. reads `getpeercert(binary_form=True)` (None when the client sent no certificate; the SSL
+   context's `CERT_OPTIONAL` + cluster CA means any certificate that *is* sent was verified by
+   the handshake),
+3. runs hypercorn's own `TCPServer` with the app wrapped so that every http/websocket scope gets
+   `scope["extensions"]["tls"] = {"client_cert_der": <bytes | None>}` (TLS connections only;
+   plain HTTP scopes have no "tls" extension). `TCPServer.run` calls `do_handshake` again,
+   which is a no-op on a completed handshake.
+
+Hypercorn internals relied on (pin `hypercorn>=0.17,<0.19`, checked against 0.18.0):
+`hypercorn.trio.tcp_server.TCPServer(app_wrapper, config, context, state, stream)`,
+`hypercorn.trio.worker_context.WorkerContext(max_requests)`, `hypercorn.app_wrappers.ASGIWrapper`.
+
+Structured concurrency: `serve` runs until cancelled; it starts its per-connection tasks in its
+own nursery, so cancelling the caller's scope closes the listeners and every connection. The
+ASGI lifespan protocol is not run: long-lived components start in the caller's nursery.
+`task_status.started(port)` reports the bound port (useful with `port=0`).
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, cast
+
+import trio
+from hypercorn.app_wrappers import ASGIWrapper
+from hypercorn.config import Config
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+
+from .pki import Pki
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def server_ssl_context(pki: Pki, *, http2: bool = False) -> ssl.SSLContext:
+    """TLS >= 1.2 with the serving certificate; client certificates optional, verified
+    against the cluster CA. ALPN offers http/1.1 (and h2 first when `http2`)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.options |= ssl.OP_NO_COMPRESSION
+    ctx.load_cert_chain(certfile=str(pki.serving_cert_path), keyfile=str(pki.serving_key_path))
+    ctx.load_verify_locations(cadata=pki.ca_pem.decode("ascii"))
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
+    return ctx
+
+
+def client_cert_der(scope: Scope) -> bytes | None:
+    """The verified client certificate (DER) of the connection a scope came from, if any."""
+    tls = (scope.get("extensions") or {}).get("tls") or {}
+    der = tls.get("client_cert_der")
+    return der if isinstance(der, bytes) else None
+
+
+def _with_tls(app: ASGIApp, der: bytes | None) -> ASGIApp:
+    info = {"client_cert_der": der}
+
+    async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") in ("http", "websocket"):
+            ext = scope.get("extensions")
+            if ext is None:
+                ext = scope["extensions"] = {}
+            ext["tls"] = info
+        await app(scope, receive, send)
+
+    return asgi
+
+
+async def serve(
+    app: ASGIApp,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    ssl_context: ssl.SSLContext | None = None,
+    config: Config | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve `app` on host:port until cancelled; `task_status.started(bound_port)`.
+
+    `host` should be an address literal ("127.0.0.1", "::", "0.0.0.0"): with `port=0` only the
+    first resolved address is bound, so there is one port to report.
+    """
+    config = config or Config()
+    listeners: list[trio.SocketListener] = await trio.open_tcp_listeners(
+        port, host=host, backlog=config.backlog
+    )
+    if port == 0:
+        for extra in listeners[1:]:
+            await extra.aclose()
+        listeners = listeners[:1]
+    bound = int(listeners[0].socket.getsockname()[1])
+    context = WorkerContext(None)
+
+    async def handle(stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> None:
+        der: bytes | None = None
+        if isinstance(stream, trio.SSLStream):
+            try:
+                with trio.fail_after(config.ssl_handshake_timeout):
+                    await stream.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError):
+                await trio.aclose_forcefully(stream)
+                return
+            der = stream.getpeercert(binary_form=True)
+        asgi = _with_tls(app, der) if isinstance(stream, trio.SSLStream) else app
+        wrapped = ASGIWrapper(cast(Any, asgi))  # hypercorn's ASGIFramework is a narrower Protocol
+        # TCPServer is annotated for SSL streams only but handles plain ones (AttributeError path).
+        await TCPServer(wrapped, config, context, ConnectionState({}), cast(Any, stream))
+
+    async with trio.open_nursery() as nursery:
+        serving: list[trio.abc.Listener[Any]] = []
+        for listener in listeners:
+            if ssl_context is None:
+                serving.append(listener)
+            else:
+                serving.append(trio.SSLListener(listener, ssl_context, https_compatible=True))
+        await nursery.start(trio.serve_listeners, handle, serving)
+        task_status.started(bound)
