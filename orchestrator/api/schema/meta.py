@@ -10,9 +10,10 @@ Invariants: the shared nodes here are never mutated; each named struct is built 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import Cause
 from .builders import (
     Schema,
     array,
@@ -25,6 +26,7 @@ from .builders import (
     timestamp,
     with_description,
 )
+from .names import quote
 
 Obj = dict[str, Any]
 
@@ -212,6 +214,12 @@ def get(o: Any, path: str, default: Any = None) -> Any:
     return cur
 
 
+def sub(o: Any, key: str) -> Obj:
+    """`o[key]` when it is a dict, else an empty dict (for reading only)."""
+    v = o.get(key) if isinstance(o, dict) else None
+    return v if isinstance(v, dict) else {}
+
+
 def ensure(o: Obj, key: str) -> Obj:
     """`o[key]` as a dict, created (or replaced if null) when missing."""
     v = o.get(key)
@@ -314,3 +322,49 @@ def selector_matches(sel: Obj | None, labels: Mapping[str, str] | None) -> bool:
         if op == "DoesNotExist" and key in labels:
             return False
     return True
+
+
+# -- field selectors and field errors ---------------------------------------------------------
+
+
+def field_label(path: str) -> Callable[[Obj], str]:
+    """A field selector extractor: the value at `path` as text, "" when absent."""
+
+    def extract(o: Obj) -> str:
+        v = get(o, path, "")
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    return extract
+
+
+def flag_label(path: str) -> Callable[[Obj], str]:
+    """A field selector extractor for a boolean: "true" or "false" (absent)."""
+    return lambda o: "true" if get(o, path) is True else "false"
+
+
+def required(field: str, detail: str = "") -> Cause:
+    return Cause(
+        field, f"Required value: {detail}" if detail else "Required value", "FieldValueRequired"
+    )
+
+
+def invalid(field: str, value: Any, detail: str) -> Cause:
+    return Cause(field, f"Invalid value: {quote(value)}: {detail}")
+
+
+def duplicate(field: str, value: Any) -> Cause:
+    return Cause(field, f"Duplicate value: {quote(value)}", "FieldValueDuplicate")
+
+
+def not_found(field: str, value: Any) -> Cause:
+    return Cause(field, f"Not found: {quote(value)}", "FieldValueNotFound")
+
+
+def forbidden(field: str, detail: str) -> Cause:
+    return Cause(field, f"Forbidden: {detail}", "FieldValueForbidden")
+
+
+def port_range(field: str, value: Any) -> list[Cause]:
+    if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= 65535:
+        return [invalid(field, value, "must be between 1 and 65535, inclusive")]
+    return []
