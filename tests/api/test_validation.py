@@ -1,0 +1,499 @@
+"""The schema engine (validation, pruning, defaulting), names and metadata checks, JSONPath."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.api.errors import invalid
+from orchestrator.api.schema import jsonpath, names
+from orchestrator.api.schema.validation import strict_error, unknown_warnings, validate
+
+CONTAINER = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string"},
+        "image": {"type": "string"},
+        "imagePullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
+        "ports": {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["containerPort", "protocol"],
+            "items": {
+                "type": "object",
+                "properties": {
+                    "containerPort": {"type": "integer", "format": "int32"},
+                    "protocol": {"type": "string", "default": "TCP"},
+                },
+            },
+        },
+    },
+    "x-orchestrator-name": "io.k8s.api.core.v1.Container",
+}
+
+DEPLOYMENT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["selector"],
+            "properties": {
+                "replicas": {"type": "integer", "format": "int32", "minimum": 0, "default": 1},
+                "selector": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "restartPolicy": {"type": "string", "enum": ["Always", "Never", "OnFailure"]},
+                "maxSurge": {"x-kubernetes-int-or-string": True},
+                "finalizers": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "x-kubernetes-list-type": "set",
+                },
+                "template": {
+                    "type": "object",
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "properties": {"containers": {"type": "array", "items": CONTAINER}},
+                        }
+                    },
+                },
+                "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+                "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "embedded": {
+                    "type": "object",
+                    "x-kubernetes-embedded-resource": True,
+                    "properties": {"spec": {"type": "object", "properties": {}}},
+                },
+                "stamp": {"type": "string", "format": "date-time"},
+                "data": {"type": "string", "format": "byte"},
+                "big": {"type": "integer", "format": "int64"},
+                "ratio": {"type": "number", "maximum": 1, "exclusiveMinimum": True, "minimum": 0},
+                "code": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5},
+                "list": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+                "nullable": {"type": "string", "nullable": True},
+                "conditions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "type": {"type": "string"},
+                            "status": {"type": "string", "default": "Unknown"},
+                        },
+                    },
+                },
+                "settings": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "object",
+                        "properties": {"level": {"type": "integer", "default": 3}},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def deployment(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, **spec},
+    }
+
+
+def messages(v: Any) -> list[str]:
+    return [f"{c.field}: {c.message}" for c in v.causes]
+
+
+def test_valid_object_is_defaulted_and_input_untouched() -> None:
+    obj = deployment(
+        template={"spec": {"containers": [{"name": "a", "ports": [{"containerPort": 80}]}]}}
+    )
+    before = copy.deepcopy(obj)
+    v = validate(DEPLOYMENT, obj, strict=True)
+    assert v.causes == []
+    assert v.unknown == []
+    assert obj == before
+    assert v.obj["spec"]["replicas"] == 1
+    assert v.obj["spec"]["template"]["spec"]["containers"][0]["ports"][0]["protocol"] == "TCP"
+    assert v.obj is not obj
+    assert v.obj["spec"]["selector"] is not obj["spec"]["selector"]
+
+
+def test_kubernetes_wording() -> None:
+    v = validate(DEPLOYMENT, deployment(replicas=-1, restartPolicy="Sometimes"), strict=True)
+    assert messages(v) == [
+        "spec.replicas: Invalid value: -1: must be greater than or equal to 0",
+        'spec.restartPolicy: Unsupported value: "Sometimes": supported values: '
+        '"Always", "Never", "OnFailure"',
+    ]
+    assert [c.reason for c in v.causes] == ["FieldValueInvalid", "FieldValueNotSupported"]
+    err = invalid("Deployment", "apps", "web", v.causes[:1])
+    assert err.message == (
+        'Deployment.apps "web" is invalid: spec.replicas: Invalid value: -1: '
+        "must be greater than or equal to 0"
+    )
+    v = validate(DEPLOYMENT, deployment(replicas="string"), strict=True)
+    assert messages(v) == [
+        'spec.replicas: Invalid value: "string": spec.replicas in body must be of type integer: '
+        '"string"'
+    ]
+    obj = deployment()
+    del obj["spec"]["selector"]
+    v = validate(DEPLOYMENT, obj, strict=True)
+    assert messages(v) == ["spec.selector: Required value"]
+    assert v.causes[0].reason == "FieldValueRequired"
+
+
+def test_unknown_fields_are_pruned_and_reported() -> None:
+    obj = deployment(
+        foo=1,
+        template={"spec": {"containers": [{"name": "a", "imagePullPolicyy": "Always"}]}},
+        extra={"anything": {"goes": [1]}},
+        embedded={"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "bogus": 1},
+    )
+    obj["metadata"]["surprise"] = True
+    v = validate(DEPLOYMENT, obj, strict=False)
+    assert v.unknown == [
+        "metadata.surprise",
+        "spec.foo",
+        "spec.template.spec.containers[0].imagePullPolicyy",
+        "spec.embedded.bogus",
+    ]
+    assert "foo" not in v.obj["spec"]
+    assert v.obj["spec"]["extra"] == {"anything": {"goes": [1]}}
+    assert v.obj["spec"]["embedded"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "x"},
+    }
+    assert strict_error(["spec.foo", "spec.bar"]).message == (
+        'strict decoding error: unknown field "spec.foo", unknown field "spec.bar"'
+    )
+    assert strict_error(["spec.foo"]).code == 400
+    assert unknown_warnings(["spec.foo"]) == ['unknown field "spec.foo"']
+
+
+def test_nulls_defaults_in_items_and_map_values() -> None:
+    v = validate(
+        DEPLOYMENT,
+        deployment(
+            replicas=None,
+            nullable=None,
+            conditions=[{"type": "Ready"}],
+            settings={"a": {}, "b": {"level": 1}},
+        ),
+        strict=True,
+    )
+    assert v.causes == []
+    spec = v.obj["spec"]
+    assert spec["replicas"] == 1
+    assert spec["nullable"] is None
+    assert spec["conditions"] == [{"type": "Ready", "status": "Unknown"}]
+    assert spec["settings"] == {"a": {"level": 3}, "b": {"level": 1}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({"maxSurge": "25%"}, []),
+        ({"maxSurge": 1}, []),
+        (
+            {"maxSurge": True},
+            [
+                'spec.maxSurge: Invalid value: "boolean": spec.maxSurge in body must be of type '
+                'integer,string: "boolean"'
+            ],
+        ),
+        ({"finalizers": ["a", "b", "a"]}, ['spec.finalizers[2]: Duplicate value: "a"']),
+        (
+            {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "a", "ports": [{"containerPort": 80}, {"containerPort": 80}]}
+                        ]
+                    }
+                }
+            },
+            [
+                "spec.template.spec.containers[0].ports[1]: Duplicate value: "
+                '{"containerPort":80,"protocol":"TCP"}'
+            ],
+        ),
+        ({"stamp": "2025-01-01T00:00:00Z"}, []),
+        (
+            {"stamp": "yesterday"},
+            [
+                'spec.stamp: Invalid value: "yesterday": spec.stamp in body must be of type '
+                'date-time: "yesterday"'
+            ],
+        ),
+        ({"data": "aGVsbG8="}, []),
+        (
+            {"data": "not base64!"},
+            [
+                'spec.data: Invalid value: "not base64!": spec.data in body must be of type '
+                'byte: "not base64!"'
+            ],
+        ),
+        (
+            {"replicas": 2**31},
+            [
+                "spec.replicas: Invalid value: 2147483648: spec.replicas in body must be of type "
+                'int32: "2147483648"'
+            ],
+        ),
+        ({"big": 2**40}, []),
+        ({"replicas": 3.0}, []),
+        ({"ratio": 0}, ["spec.ratio: Invalid value: 0: must be greater than 0"]),
+        ({"ratio": 1.5}, ["spec.ratio: Invalid value: 1.5: must be less than or equal to 1"]),
+        (
+            {"code": "ABCDEFG"},
+            [
+                "spec.code: Too long: may not be more than 5 bytes",
+                "spec.code: Invalid value: \"ABCDEFG\": spec.code in body should match '^[a-z]+$'",
+            ],
+        ),
+        (
+            {"list": ["a", "b", "c"]},
+            ["spec.list: Too many: 3: must have at most 2 items"],
+        ),
+        (
+            {"nodeSelector": {"a": 1}},
+            [
+                'spec.nodeSelector[a]: Invalid value: "integer": spec.nodeSelector[a] in body '
+                'must be of type string: "integer"'
+            ],
+        ),
+        (
+            {"template": {"spec": {"containers": [{"image": "x"}]}}},
+            ["spec.template.spec.containers[0].name: Required value"],
+        ),
+    ],
+)
+def test_value_checks(spec: dict[str, Any], expected: list[str]) -> None:
+    assert messages(validate(DEPLOYMENT, deployment(**spec), strict=True)) == expected
+
+
+def test_metadata_is_type_checked() -> None:
+    obj = deployment()
+    obj["metadata"]["labels"] = {"app": ["x"]}
+    v = validate(DEPLOYMENT, obj, strict=True)
+    assert [c.field for c in v.causes] == ["metadata.labels[app]"]
+
+
+def test_integral_floats_become_ints() -> None:
+    v = validate(DEPLOYMENT, deployment(replicas=3.0), strict=True)
+    assert v.obj["spec"]["replicas"] == 3
+    assert isinstance(v.obj["spec"]["replicas"], int)
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                ["spec", "replicas", "selector", "template", "containers", "name", "ports", "x"]
+            )
+            | st.text(max_size=4),
+            children,
+            max_size=5,
+        )
+    ),
+    max_leaves=30,
+)
+
+ODD_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "a": {"type": "array", "items": [{"type": "string"}], "x-kubernetes-list-type": "map"},
+        "b": {"pattern": "(", "minLength": "x", "enum": "notalist"},
+        "c": {"additionalProperties": True},
+        "d": {"type": "bogus"},
+    },
+    "required": "a",
+}
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(value=json_values, which=st.sampled_from(["deployment", "container", "odd", "empty"]))
+def test_never_raises_on_any_json(value: Any, which: str) -> None:
+    schema = {"deployment": DEPLOYMENT, "container": CONTAINER, "odd": ODD_SCHEMA, "empty": {}}[
+        which
+    ]
+    before = json.dumps(value, sort_keys=True)
+    v = validate(schema, value, strict=True)
+    assert json.dumps(value, sort_keys=True) == before  # input untouched
+    json.dumps(v.obj)  # the result is JSON
+    for c in v.causes:
+        assert isinstance(c.message, str)
+        assert c.message
+    # Validating the result again finds nothing new to prune or default.
+    again = validate(schema, v.obj, strict=True)
+    assert again.unknown == []
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(obj=json_values)
+def test_spec_wrapped_values_never_raise(obj: Any) -> None:
+    validate(DEPLOYMENT, {"spec": obj, "metadata": obj}, strict=False)
+
+
+# -- names ----------------------------------------------------------------------------------------
+
+
+def test_name_messages() -> None:
+    causes = names.validate_metadata(
+        {"name": "Bad_Name", "namespace": "default"}, namespaced=True, name_rule="subdomain"
+    )
+    assert [f"{c.field}: {c.message}" for c in causes] == [
+        'metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain must consist '
+        "of lower case alphanumeric characters, '-' or '.', and must start and end with an "
+        "alphanumeric character (e.g. 'example.com', regex used for validation is "
+        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    ]
+    label = names.validate_metadata({"name": "a.b"}, namespaced=False, name_rule="label")
+    assert label[0].message.startswith(
+        'Invalid value: "a.b": a lowercase RFC 1123 label must consist of'
+    )
+    assert "(e.g. 'my-name',  or '123-abc', regex" in label[0].message
+    assert names.is_dns1123_label("a" * 64)[0] == "must be no more than 63 characters"
+    assert names.is_dns1123_subdomain("a" * 254)[0] == "must be no more than 253 characters"
+    assert names.is_dns1123_subdomain("example.com") == []
+    assert names.is_path_segment_name("..") == ["may not be '..'"]
+    assert names.is_path_segment_name("a/b%") == ["may not contain '/'", "may not contain '%'"]
+    assert names.validate_metadata({"name": "A b"}, namespaced=False, name_rule="path") == []
+
+
+def test_metadata_required_and_namespace() -> None:
+    causes = names.validate_metadata({}, namespaced=True, name_rule="subdomain")
+    assert [f"{c.field}: {c.message}" for c in causes] == [
+        "metadata.name: Required value: name or generateName is required",
+        "metadata.namespace: Required value",
+    ]
+    assert (
+        names.validate_metadata(
+            {"generateName": "web-", "namespace": "default"}, namespaced=True, name_rule="subdomain"
+        )
+        == []
+    )
+    causes = names.validate_metadata(
+        {"name": "n", "namespace": "x"}, namespaced=False, name_rule="subdomain"
+    )
+    assert causes[0].message == "Forbidden: not allowed on this type"
+
+
+def test_labels_and_annotations() -> None:
+    assert names.is_qualified_name("example.com/app") == []
+    assert names.is_qualified_name("app") == []
+    assert names.is_qualified_name("/app") == ["prefix part must be non-empty"]
+    assert names.is_qualified_name("a/b/c")[0].startswith("a qualified name must consist")
+    assert names.is_qualified_name("x" * 64) == ["name part must be no more than 63 characters"]
+    assert names.is_label_value("") == []
+    assert names.is_label_value("-bad")[0].startswith("a valid label must be an empty string")
+    causes = names.validate_metadata(
+        {"name": "n", "labels": {"bad key": "v", "ok": "bad value"}},
+        namespaced=False,
+        name_rule="subdomain",
+    )
+    assert [c.field for c in causes] == ["metadata.labels", "metadata.labels"]
+    assert causes[0].message.startswith(
+        'Invalid value: "bad key": name part must consist of alphanumeric characters'
+    )
+    assert causes[1].message.startswith('Invalid value: "bad value": a valid label must')
+    big = {"a": "x" * (256 * 1024)}
+    causes = names.validate_metadata(
+        {"name": "n", "annotations": big}, namespaced=False, name_rule="subdomain"
+    )
+    assert [c.message for c in causes] == ["Too long: may not be more than 262144 bytes"]
+
+
+def test_generate_name() -> None:
+    rng = random.Random(7)
+    name = names.generate_name("web-", rng)
+    assert name.startswith("web-")
+    assert len(name) == 9
+    assert set(name[4:]) <= set(names.NAME_ALPHABET)
+    assert len(names.generate_name("x" * 100, rng)) == 63
+    assert names.generate_name("web-", random.Random(7)) == name
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(meta=json_values)
+def test_validate_metadata_never_raises(meta: Any) -> None:
+    names.validate_metadata(meta, namespaced=True, name_rule="subdomain")
+    if isinstance(meta, dict):
+        names.validate_metadata(
+            {"labels": meta, "annotations": meta}, namespaced=False, name_rule="label"
+        )
+
+
+# -- jsonpath -------------------------------------------------------------------------------------
+
+OBJ = {
+    "metadata": {"labels": {"app": "web", "app.kubernetes.io/name": "n"}},
+    "spec": {"replicas": 3, "items": [{"name": "a"}, {"name": "b"}]},
+    "status": {
+        "conditions": [{"type": "Ready", "status": "True"}, {"type": "Other", "status": "False"}]
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("expr", "found"),
+    [
+        (".spec.replicas", [3]),
+        ('.status.conditions[?(@.type=="Ready")].status', ["True"]),
+        (".status.conditions[?(@.type!='Ready')].type", ["Other"]),
+        (".metadata.labels.app", ["web"]),
+        (".spec.items[0].name", ["a"]),
+        (".spec.items[-1].name", ["b"]),
+        (".spec.items[*].name", ["a", "b"]),
+        ("{.spec.items[0:1]}", [{"name": "a"}]),
+        ("$.metadata.labels['app.kubernetes.io/name']", ["n"]),
+        (".metadata.labels.app\\.kubernetes\\.io/name", ["n"]),
+        ("..name", ["a", "b"]),
+        (".spec.missing.deeper", []),
+        (".spec.replicas.x", []),
+    ],
+)
+def test_jsonpath_find(expr: str, found: list[Any]) -> None:
+    assert jsonpath.compile(expr).find(OBJ) == found
+
+
+@pytest.mark.parametrize(
+    "expr", ["", "spec.replicas", ".spec[0", ".a[?(@.b==)]", ".a[x]", '.a[?(@.b=="x"]', ".a.."]
+)
+def test_jsonpath_syntax_errors(expr: str) -> None:
+    with pytest.raises(jsonpath.JSONPathError):
+        jsonpath.compile(expr)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(value=json_values)
+def test_jsonpath_find_never_raises(value: Any) -> None:
+    for expr in (".spec.replicas", '.x[?(@.name=="a")].ports[*]', "..name", ".x[0:2]"):
+        jsonpath.compile(expr).find(value)
