@@ -192,6 +192,19 @@ def _validate_container(c: Obj, path: str, volumes: set[str], causes: list[Cause
                     causes.extend(port_range(f"{path}.{probe}.{kind}.port", port))
 
 
+# The order apimachinery checks volume sources in: every source after the first is reported.
+_VOLUME_SOURCE_ORDER = (
+    "emptyDir",
+    "hostPath",
+    "secret",
+    "persistentVolumeClaim",
+    "configMap",
+    "downwardAPI",
+    "projected",
+)
+assert set(_VOLUME_SOURCE_ORDER) == set(VOLUME_SOURCES)
+
+
 def validate_pod_spec(spec: Any, path: str = "spec") -> list[Cause]:
     """Checks on a PodSpec beyond its schema, with fields under `path`."""
     if not isinstance(spec, dict):
@@ -208,13 +221,11 @@ def validate_pod_spec(spec: Any, path: str = "spec") -> list[Cause]:
                     invalid(f"{path}.volumes[{i}].name", vname, m) for m in is_dns1123_label(vname)
                 )
             volumes.add(vname)
-        sources = [k for k in VOLUME_SOURCES if k in v]
-        if len(sources) > 1:
-            causes.append(
-                forbidden(
-                    f"{path}.volumes[{i}].{sources[1]}", "may not specify more than 1 volume type"
-                )
-            )
+        sources = [k for k in _VOLUME_SOURCE_ORDER if k in v]
+        causes.extend(
+            forbidden(f"{path}.volumes[{i}].{extra}", "may not specify more than 1 volume type")
+            for extra in sources[1:]
+        )
     if not isinstance(spec.get("containers"), list) or not spec["containers"]:
         causes.append(required(f"{path}.containers"))
     names: set[str] = set()
