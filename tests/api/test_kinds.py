@@ -381,7 +381,7 @@ def test_workload_columns() -> None:
 
 
 def test_node_columns() -> None:
-    node = {
+    node: Any = {
         "metadata": {
             "name": "n1",
             "creationTimestamp": CREATED,
@@ -413,7 +413,7 @@ def test_node_columns() -> None:
 
 
 def test_other_columns() -> None:
-    svc = {
+    svc: Any = {
         "metadata": {"name": "web", "creationTimestamp": CREATED},
         "spec": {
             "type": "NodePort",
@@ -568,7 +568,7 @@ def test_workload_defaults() -> None:
     r = _defaulted(kind("apps/v1", "Deployment"), recreate)["spec"]
     assert r["strategy"] == {"type": "Recreate"}
     assert r["replicas"] == 1
-    base = {"spec": {"selector": {}, "template": {"spec": {"containers": []}}}}
+    base: Obj = {"spec": {"selector": {}, "template": {"spec": {"containers": []}}}}
     assert _defaulted(kind("apps/v1", "ReplicaSet"), base)["spec"]["replicas"] == 1
     ds = _defaulted(kind("apps/v1", "DaemonSet"), base)["spec"]
     assert ds["updateStrategy"] == {
@@ -677,7 +677,7 @@ def test_pod_checks() -> None:
         ("spec.volumes[0].hostPath", "Forbidden: may not specify more than 1 volume type"),
         ("spec.containers[0].volumeMounts[0].name", 'Not found: "v"'),
     ]
-    old = {"spec": {"containers": [{"name": "a", "image": "x:1"}], "restartPolicy": "Always"}}
+    old: Any = {"spec": {"containers": [{"name": "a", "image": "x:1"}], "restartPolicy": "Always"}}
     new = copy.deepcopy(old)
     new["spec"]["containers"][0]["image"] = "x:2"
     new["spec"]["nodeName"] = "n1"
@@ -697,7 +697,7 @@ def test_other_checks() -> None:
         ("spec.ports[1].port", "Invalid value: 0: must be between 1 and 65535, inclusive"),
     ]
     crd = kind("apiextensions.k8s.io/v1", "CustomResourceDefinition")
-    good = {
+    good: Any = {
         "metadata": {"name": "widgets.example.com"},
         "spec": {
             "group": "example.com",
