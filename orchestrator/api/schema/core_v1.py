@@ -26,9 +26,10 @@ from .builders import (
     with_description,
 )
 from .columns import AGE, NAME, age_of, parse_rfc3339
+from .core_v1_container import V1
 from .core_v1_node import NODE
 from .core_v1_pod import POD
-from .core_v1_pod_schema import LOCAL_OBJECT_REFERENCE, V1
+from .core_v1_pod_schema import LOCAL_OBJECT_REFERENCE
 from .core_v1_service import ENDPOINTS, OBJECT_REFERENCE, SERVICE
 from .kind import Column, Kind
 from .meta import (

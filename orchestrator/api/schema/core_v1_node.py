@@ -23,7 +23,7 @@ from .builders import (
     timestamp,
 )
 from .columns import AGE, NAME, NONE
-from .core_v1_pod_schema import V1
+from .core_v1_container import V1
 from .kind import Column, Kind
 from .meta import condition, conditions, dict_list, flag_label, get, object_schema, sub
 
@@ -189,9 +189,7 @@ def _info(key: str) -> Any:
 
 NODE_COLUMNS = (
     NAME,
-    Column(
-        "Status", "string", "Readiness, and whether it is cordoned.", node_status_cell
-    ),
+    Column("Status", "string", "Readiness, and whether it is cordoned.", node_status_cell),
     Column("Roles", "string", "Roles from node-role.kubernetes.io/* labels.", node_roles),
     AGE,
     Column(

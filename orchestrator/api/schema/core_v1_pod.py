@@ -18,7 +18,8 @@ from typing import Any
 from ..errors import Cause
 from .builders import Schema
 from .columns import AGE, NAME, NONE, human_duration, parse_rfc3339
-from .core_v1_pod_schema import POD_SPEC, POD_STATUS, V1, VOLUME_SOURCES
+from .core_v1_container import V1
+from .core_v1_pod_schema import POD_SPEC, POD_STATUS, VOLUME_SOURCES
 from .kind import Column, Kind
 from .meta import (
     dict_list,

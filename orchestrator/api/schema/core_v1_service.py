@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import Cause
 from .builders import array, boolean, int_or_string, integer, obj, string, string_map, strings
 from .columns import AGE, NAME, NONE
-from .core_v1_pod_schema import V1
+from .core_v1_container import V1
 from .kind import Column, Kind
 from .meta import (
     condition,
