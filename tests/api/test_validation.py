@@ -497,3 +497,29 @@ def test_jsonpath_syntax_errors(expr: str) -> None:
 def test_jsonpath_find_never_raises(value: Any) -> None:
     for expr in (".spec.replicas", '.x[?(@.name=="a")].ports[*]', "..name", ".x[0:2]"):
         jsonpath.compile(expr).find(value)
+
+
+def test_builtin_deployment_schema() -> None:
+    mod = pytest.importorskip("orchestrator.api.schema.builtin")
+    kind = mod.builtin_registry().by_gvk("apps/v1", "Deployment")
+    container = {"name": "nginx", "image": "nginx:1.26", "imagePullPolicyy": "Always"}
+    obj = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "nginx", "labels": {"app": "nginx"}},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "nginx"}},
+            "template": {
+                "metadata": {"labels": {"app": "nginx"}},
+                "spec": {"containers": [container]},
+            },
+        },
+    }
+    v = validate(kind.schema, obj, strict=True)
+    assert v.causes == []
+    assert v.unknown == ["spec.template.spec.containers[0].imagePullPolicyy"]
+    obj["spec"]["replicas"] = -1
+    assert messages(validate(kind.schema, obj, strict=True)) == [
+        "spec.replicas: Invalid value: -1: must be greater than or equal to 0"
+    ]

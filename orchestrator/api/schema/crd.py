@@ -358,7 +358,12 @@ def _structural(s: Any, path: str, where: str, *, depth: int) -> list[Cause]:
                 "additionalProperties and properties are mutual exclusive",
             )
         )
-    if (props or addl not in (None, False)) and t not in (None, "", "object"):
+    typed_elsewhere = where == "at the root"  # the root's type has its own message
+    if (
+        (props or addl not in (None, False))
+        and t not in (None, "", "object")
+        and not typed_elsewhere
+    ):
         causes.append(_invalid(f"{path}.type", t, "must be object if properties are specified"))
     for name, sub in sorted((props or {}).items()):
         causes.extend(
