@@ -162,7 +162,8 @@ def explain(doc: dict[str, Any], gvk: dict[str, str], fields: list[str]) -> dict
 
     for f in fields:
         node = resolve(resolve(node)["properties"][f])
-    return node
+    out: dict[str, Any] = node
+    return out
 
 
 def refs(value: Any) -> set[str]:

@@ -503,7 +503,7 @@ def test_builtin_deployment_schema() -> None:
     mod = pytest.importorskip("orchestrator.api.schema.builtin")
     kind = mod.builtin_registry().by_gvk("apps/v1", "Deployment")
     container = {"name": "nginx", "image": "nginx:1.26", "imagePullPolicyy": "Always"}
-    obj = {
+    obj: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "nginx", "labels": {"app": "nginx"}},
