@@ -367,7 +367,7 @@ def test_kubectl_client_side_apply_patch_keeps_ports() -> None:
 
 
 def test_three_way_deletes_what_the_manifest_dropped_and_keeps_live_only_fields() -> None:
-    last = {
+    last: dict[str, Any] = {
         "metadata": {"name": "nginx", "labels": {"team": "a", "old": "x"}},
         "spec": {
             "replicas": 2,
@@ -381,7 +381,7 @@ def test_three_way_deletes_what_the_manifest_dropped_and_keeps_live_only_fields(
             },
         },
     }
-    current = copy.deepcopy(last)
+    current: dict[str, Any] = copy.deepcopy(last)
     current["metadata"]["labels"]["added-by-controller"] = "y"
     current["spec"]["template"]["spec"]["containers"].append({"name": "injected", "image": "i"})
     current["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Always"
