@@ -12,7 +12,6 @@ Invariants: `run` signals `task_status.started(port)` only when the listener is 
 from __future__ import annotations
 
 import logging
-import ssl
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -27,7 +26,7 @@ from .app import ApiApp
 from .auth.authn import Authenticator
 from .auth.kubeconfig import write_kubeconfig
 from .auth.pki import Pki, ensure_pki
-from .auth.tls import serve
+from .auth.tls import serve, server_ssl_context
 from .auth.tokens import ADMIN_USER, MASTERS, TokenStore
 from .resources import Api, Call
 from .schema.builtin import builtin_registry
@@ -121,7 +120,7 @@ class ApiServer:
             server_address=f"{host}:{port}",
             ready=self._ready or (lambda: True),
         )
-        context = _ssl_context(pki) if self.opts.tls else None
+        context = server_ssl_context(pki) if self.opts.tls else None
         async with trio.open_nursery() as nursery:
             self.port = await nursery.start(
                 partial(serve, app, host=host, port=port, ssl_context=context)
@@ -180,16 +179,6 @@ class ApiServer:
             except errors.ApiError as exc:
                 log.info("CRD sync: %s; retrying", exc)
             await trio.sleep(1.0)
-
-
-def _ssl_context(pki: Pki) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(str(pki.serving_cert_path), str(pki.serving_key_path))
-    context.load_verify_locations(cadata=pki.ca_pem.decode())
-    context.verify_mode = ssl.CERT_OPTIONAL  # client certificates are one way to log in
-    context.set_alpn_protocols(["http/1.1"])
-    return context
 
 
 def _admin_token(tokens: TokenStore, kubeconfig: Path) -> str:

@@ -200,8 +200,6 @@ class Api:
         )
         if kind.validate is not None:
             causes += kind.validate(out, old)
-        if (kind.group, kind.plural) == _CRD:
-            causes += crds.validate_crd(out)
         if causes:
             raise errors.invalid(kind.kind, kind.group, name, causes)
         admit_node(call.user, verb, kind.kind, sub, out, old)
@@ -529,6 +527,7 @@ class Api:
         opts = _delete_options(options, call)
         for _ in range(MAX_UPDATE_ATTEMPTS):
             live = await self.objects.get(kind, ns, name)
+            admit_node(call.user, "delete", kind.kind, "", live, live)
             meta = live["metadata"]
             pre = opts.get("preconditions") or {}
             if pre.get("uid") not in (None, meta.get("uid")):

@@ -58,35 +58,9 @@ def prepare_create(kind: Kind, obj: Obj, *, now: str, name: str) -> Obj:
         meta.pop("namespace", None)
     if has_status(kind) and (kind.group, kind.plural) not in _STATUS_ON_CREATE:
         out.pop("status", None)
-    if (kind.group, kind.plural) == ("", "pods"):
-        out["status"] = {"phase": "Pending", "qosClass": qos_class(out.get("spec") or {})}
     out["apiVersion"] = kind.api_version
     out["kind"] = kind.kind
     return out
-
-
-def qos_class(spec: Obj) -> str:
-    """Guaranteed (limits = requests for cpu and memory everywhere), BestEffort (none), else
-    Burstable; as the kubelet computes it."""
-    containers = [
-        c
-        for c in (spec.get("containers") or []) + (spec.get("initContainers") or [])
-        if isinstance(c, dict)
-    ]
-    any_set = False
-    guaranteed = bool(containers)
-    for c in containers:
-        res = c.get("resources") or {}
-        limits = res.get("limits") or {}
-        requests = res.get("requests") or {}
-        if limits or requests:
-            any_set = True
-        for r in ("cpu", "memory"):
-            if r not in limits or str(requests.get(r, limits[r])) != str(limits[r]):
-                guaranteed = False
-    if not any_set:
-        return "BestEffort"
-    return "Guaranteed" if guaranteed else "Burstable"
 
 
 def prepare_update(kind: Kind, new: Obj, old: Obj, *, subresource: str) -> Obj:

@@ -703,7 +703,14 @@ def test_other_checks() -> None:
             "group": "example.com",
             "names": {"plural": "widgets", "kind": "Widget"},
             "scope": "Namespaced",
-            "versions": [{"name": "v1", "served": True, "storage": True}],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object"}},
+                }
+            ],
         },
     }
     assert _check(crd, good) == []

@@ -13,22 +13,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import Cause
+from . import crd
 from .builders import array, boolean, integer, obj, preserve_unknown, string, strings
 from .columns import NAME
 from .kind import Column, Kind
 from .meta import (
     condition,
     conditions,
-    dict_list,
-    duplicate,
     ensure,
     get,
     invalid,
     object_schema,
-    required,
-    sub,
 )
-from .names import is_dns1035_label, is_dns1123_label, is_dns1123_subdomain
 
 Obj = dict[str, Any]
 APIEXT = "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1"
@@ -156,52 +152,13 @@ def default_crd(crd: Obj) -> None:
 
 
 def validate_crd(new: Obj, old: Obj | None) -> list[Cause]:
-    spec = sub(new, "spec")
-    causes: list[Cause] = []
-    group = spec.get("group")
-    plural = get(spec, "names.plural")
-    if isinstance(group, str) and group:
-        if "." not in group:
-            causes.append(invalid("spec.group", group, "should be a domain with at least one dot"))
-        else:
-            causes.extend(invalid("spec.group", group, m) for m in is_dns1123_subdomain(group))
-    if isinstance(plural, str) and plural:
-        causes.extend(invalid("spec.names.plural", plural, m) for m in is_dns1123_label(plural))
-    singular = get(spec, "names.singular")
-    if isinstance(singular, str) and singular:
-        causes.extend(
-            invalid("spec.names.singular", singular, m) for m in is_dns1123_label(singular)
-        )
-    name = get(new, "metadata.name")
-    if isinstance(group, str) and isinstance(plural, str) and name != f"{plural}.{group}":
-        causes.append(
-            invalid("metadata.name", name or "", 'must be spec.names.plural+"."+spec.group')
-        )
-    versions = dict_list(spec, "versions")
-    if not versions:
-        causes.append(
-            required("spec.versions", "must have exactly one version marked as storage version")
-        )
-    seen: set[str] = set()
-    for i, v in enumerate(versions):
-        vname = v.get("name")
-        if isinstance(vname, str):
-            if vname in seen:
-                causes.append(duplicate(f"spec.versions[{i}].name", vname))
-            seen.add(vname)
-            causes.extend(
-                invalid(f"spec.versions[{i}].name", vname, m) for m in is_dns1035_label(vname)
-            )
-    if versions and sum(1 for v in versions if v.get("storage") is True) != 1:
-        causes.append(
-            invalid(
-                "spec.versions", versions, "must have exactly one version marked as storage version"
-            )
-        )
+    """The CRD checks of `crd.validate_crd` (names, versions, structural schemas), plus the
+    fields that may not change on update."""
+    causes = crd.validate_crd(new)
     if old is not None:
         old_scope = get(old, "spec.scope")
-        if old_scope and spec.get("scope") != old_scope:
-            causes.append(invalid("spec.scope", spec.get("scope"), "field is immutable"))
+        if old_scope and get(new, "spec.scope") != old_scope:
+            causes.append(invalid("spec.scope", get(new, "spec.scope"), "field is immutable"))
     return causes
 
 
