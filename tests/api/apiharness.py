@@ -46,9 +46,11 @@ class Harness:
 def read_kubeconfig(path: Path) -> tuple[str, str, bytes]:
     doc: dict[str, Any] = yaml.safe_load(path.read_text())
     cluster = doc["clusters"][0]["cluster"]
-    ca = base64.b64decode(cluster.get("certificate-authority-data", "")) if cluster.get(
-        "certificate-authority-data"
-    ) else b""
+    ca = (
+        base64.b64decode(cluster.get("certificate-authority-data", ""))
+        if cluster.get("certificate-authority-data")
+        else b""
+    )
     return cluster["server"], doc["users"][0]["user"].get("token", ""), ca
 
 
@@ -63,7 +65,9 @@ async def api_server(data_dir: Path | None = None, *, tls: bool = True) -> Async
             founders={1: "127.0.0.1:0"},
             tick_interval=0.01,
         )
-        opts = ServerOptions(node, "127.0.0.1:0", token="t", api=ApiOptions(root, "127.0.0.1:0", tls=tls))
+        opts = ServerOptions(
+            node, "127.0.0.1:0", token="t", api=ApiOptions(root, "127.0.0.1:0", tls=tls)
+        )
         server = Server(opts)
         async with trio.open_nursery() as nursery:
             with trio.fail_after(30):
@@ -73,7 +77,10 @@ async def api_server(data_dir: Path | None = None, *, tls: bool = True) -> Async
             if url.startswith("https"):
                 verify = ssl.create_default_context(cadata=ca.decode())
             async with httpx.AsyncClient(
-                base_url=url, headers={"Authorization": f"Bearer {token}"}, verify=verify, timeout=30
+                base_url=url,
+                headers={"Authorization": f"Bearer {token}"},
+                verify=verify,
+                timeout=30,
             ) as client:
                 h = Harness(server, root, url, token, ca, client)
                 await h.wait_ready()
