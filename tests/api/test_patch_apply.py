@@ -550,3 +550,12 @@ def test_junk_raises_only_api_errors(live: Any, config: Any, force: bool) -> Non
         apply(live_obj, config, force=force)
     with contextlib.suppress(ApiError):
         update(live_obj, config, "m")
+
+
+def test_set_lists_are_owned_value_by_value() -> None:
+    a = apply(None, {"metadata": {"name": "x", "finalizers": ["a/one"]}}, manager="a")
+    b = apply(a, {"metadata": {"finalizers": ["b/two"]}}, manager="b", now=T1)
+    assert b["metadata"]["finalizers"] == ["a/one", "b/two"]
+    assert fields_of(b, "b") == {'.metadata.finalizers[="b/two"]'}
+    c = apply(b, {"metadata": {"name": "x"}}, manager="a", now=T2)
+    assert c["metadata"]["finalizers"] == ["b/two"]

@@ -51,6 +51,7 @@ from .fieldpath import (
     Path,
     decode_fields_v1,
     encode_fields_v1,
+    is_set_list,
     item_element,
     list_keys,
     members_of,
@@ -240,7 +241,7 @@ def _merge(live: Any, config: Any, schema: Schema) -> Any:
         keys = list_keys(schema)
         if keys:
             return _merge_keyed(live, config, keys, schema)
-        if schema is not None and schema.get("x-kubernetes-list-type") == "set":
+        if is_set_list(schema):
             seen = {canonical(v) for v in live}
             return [*live, *(copy_json(v) for v in config if canonical(v) not in seen)]
     return copy_json(config)

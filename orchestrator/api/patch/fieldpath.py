@@ -38,6 +38,7 @@ from ._util import (
     list_map_keys,
     list_type,
     patch_merge_key,
+    patch_strategies,
     short,
 )
 
@@ -48,6 +49,7 @@ __all__ = [
     "decode_fields_v1",
     "encode_fields_v1",
     "fieldset_of",
+    "is_set_list",
     "item_element",
     "list_keys",
     "members_of",
@@ -182,8 +184,11 @@ def item_element(item: Any, index: int, keys: list[str], schema: Schema) -> str:
     return f"k:{canonical(found)}" if found else f"i:{index}"
 
 
-def _is_set(schema: Schema) -> bool:
-    return list_type(schema) == "set"
+def is_set_list(schema: Schema) -> bool:
+    """A list of values owned one by one: list-type `set`, or a merge list without a key."""
+    if list_type(schema) == "set":
+        return True
+    return "merge" in patch_strategies(schema) and patch_merge_key(schema) is None
 
 
 def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Member]) -> None:
@@ -213,7 +218,7 @@ def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Member]) -> No
                 else:
                     out[sub] = Member(True, item)
             return
-        if _is_set(schema):
+        if is_set_list(schema):
             for item in value:
                 out[(*path, f"v:{canonical(item)}")] = Member(True, item)
             return
@@ -225,7 +230,7 @@ def _is_container(value: Any, schema: Schema) -> bool:
     if isinstance(value, dict):
         return not is_atomic_map(schema)
     if isinstance(value, list):
-        return bool(list_keys(schema)) or _is_set(schema)
+        return bool(list_keys(schema)) or is_set_list(schema)
     return False
 
 
