@@ -18,7 +18,7 @@ import contextlib
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
 import trio
@@ -42,7 +42,7 @@ ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz", "/version")
 WATCH_TIMEOUT = 1800.0
 
 Obj = dict[str, Any]
-Scope = dict[str, Any]
+Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 

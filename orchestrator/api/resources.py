@@ -191,7 +191,7 @@ class Api:
                 call.warnings.extend(f'unknown field "{p}"' for p in checked.unknown)
         if checked.causes:
             raise errors.invalid(kind.kind, kind.group, name, checked.causes)
-        out = checked.obj
+        out: Obj = checked.obj
         if kind.default is not None:
             kind.default(out)
         rule: NameRule = "label" if (kind.group, kind.plural) in _LABEL_NAMED else "subdomain"
@@ -205,9 +205,10 @@ class Api:
         admit_node(call.user, verb, kind.kind, sub, out, old)
         return out
 
-    def _check_body_kind(self, kind: Kind, body: Any, *, what: str = "") -> Obj:
-        if not isinstance(body, dict):
+    def _check_body_kind(self, kind: Kind, raw: Any, *, what: str = "") -> Obj:
+        if not isinstance(raw, dict):
             raise errors.bad_request("the request body must be a JSON object")
+        body: Obj = raw
         api_version, kind_name = body.get("apiVersion"), body.get("kind")
         if (api_version or kind_name) and (api_version, kind_name) != (kind.api_version, kind.kind):
             raise errors.bad_request(
@@ -764,11 +765,12 @@ def _finished(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-def _delete_options(options: Any, call: Call) -> Obj:
-    if options in (None, b"", ""):
+def _delete_options(raw: Any, call: Call) -> Obj:
+    if raw in (None, b"", ""):
         return {}
-    if not isinstance(options, dict):
+    if not isinstance(raw, dict):
         raise errors.bad_request("DeleteOptions must be a JSON object")
+    options: Obj = raw
     policy = options.get("propagationPolicy")
     if policy not in (None, "Background", "Foreground", "Orphan"):
         raise errors.bad_request(
