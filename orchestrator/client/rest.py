@@ -15,6 +15,9 @@ events: async for etype, obj in events: ...`. Watch lines are split by the sans-
 `WatchDecoder`; an in-stream `ERROR` event raises `ApiException` (e.g. 410 Expired), a clean end
 of the stream ends the iteration (callers re-watch from the last resourceVersion).
 
+Leaving a stream early is fine (the response is closed on exit), but httpx's stream iterators
+are async generators (encode/httpx#3686), so trio may warn `ResourceWarning` about them at GC.
+
 Invariants: no printing and no retries here (callers own policy and timeouts, with
 `trio.fail_after` around calls); `Warning` headers go to the `on_warning` callback.
 """
@@ -25,8 +28,8 @@ import json
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -357,14 +360,17 @@ class RestClient:
             if not resp.is_success:
                 data = await resp.aread()
                 raise ApiException.from_response(resp.status_code, data, resp.reason_phrase)
-            yield self._chunks(resp)
+            async with aclosing(self._chunks(resp)) as chunks:
+                yield chunks
         finally:
             await resp.aclose()
 
-    async def _chunks(self, resp: httpx.Response) -> AsyncIterator[bytes]:
+    async def _chunks(self, resp: httpx.Response) -> AsyncGenerator[bytes, None]:
         try:
-            async for chunk in resp.aiter_raw():
-                yield chunk
+            # httpx types aiter_bytes() as an AsyncIterator; it is an async generator (aclose).
+            async with aclosing(resp.aiter_bytes()) as raw:  # type: ignore[type-var]
+                async for chunk in raw:
+                    yield chunk
         except httpx.TransportError as exc:
             raise self._connection_error(exc) from exc
 
@@ -494,11 +500,14 @@ class RestClient:
         q.update(fieldSelector=field_selector, timeoutSeconds=timeout_seconds)
         if allow_bookmarks:
             q["allowWatchBookmarks"] = True
-        async with self.stream("GET", res.path(ns), params=q, accept=accept) as chunks:
-            yield _events(chunks)
+        async with (
+            self.stream("GET", res.path(ns), params=q, accept=accept) as chunks,
+            aclosing(_events(chunks)) as events,
+        ):
+            yield events
 
 
-async def _events(chunks: AsyncIterator[bytes]) -> AsyncIterator[WatchEvent]:
+async def _events(chunks: AsyncIterator[bytes]) -> AsyncGenerator[WatchEvent, None]:
     dec = WatchDecoder()
     async for chunk in chunks:
         for ev in dec.receive_data(chunk):

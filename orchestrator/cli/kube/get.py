@@ -30,6 +30,8 @@ from ._common import (
     split_targets,
 )
 
+REWATCH_DELAY = 1.0  # seconds between a watch the server ended and the next one
+
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     g = sub.add_parser("get", parents=[common], help="list resources (kubectl get)")
@@ -294,10 +296,10 @@ async def _watch(
                     header_done = True
                     for line in format_table(rows, widths=widths):
                         s.print(line)
-        # The server ended the stream (timeout): watch again from the last resourceVersion.
-        await trio.lowlevel.checkpoint()
+        # The server ended the stream (its timeout): watch again from the last resourceVersion.
         if not rv:
             return
+        await trio.sleep(REWATCH_DELAY)
 
 
 # ---- api-resources ----------------------------------------------------------------------------

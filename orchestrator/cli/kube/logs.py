@@ -10,6 +10,7 @@ streamed and written as it arrives until the server ends it or the user interrup
 from __future__ import annotations
 
 import argparse
+import codecs
 from typing import Any
 
 from ...client import PODS
@@ -93,8 +94,10 @@ async def logs(s: Session, args: argparse.Namespace) -> int:
             s.out.flush()
         return 0
     params["follow"] = True
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")  # chunks may split characters
     async with s.client.stream("GET", path, params=params, accept="*/*") as chunks:
         async for chunk in chunks:
-            s.out.write(chunk.decode("utf-8", "replace"))
+            s.out.write(decoder.decode(chunk))
             s.out.flush()
+    s.out.write(decoder.decode(b"", final=True))
     return 0

@@ -31,6 +31,7 @@ REVISION = "deployment.kubernetes.io/revision"
 CHANGE_CAUSE = "kubernetes.io/change-cause"
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 HASH_LABEL = "pod-template-hash"
+REWATCH_DELAY = 1.0  # seconds between a watch the server ended and the next one
 # Annotations a rollback does not copy from the ReplicaSet (kubectl's annotationsToSkip).
 SKIP_ANNOTATIONS = {
     "kubectl.kubernetes.io/last-applied-configuration",
@@ -269,4 +270,4 @@ async def _status(s: Session, res: ResourceInfo, name: str, ns: str | None, foll
                     raise CommandError(f'deployment "{name}" was deleted')
                 if etype in ("ADDED", "MODIFIED") and show(obj):
                     return 0
-        await trio.lowlevel.checkpoint()
+        await trio.sleep(REWATCH_DELAY)  # the server ended the stream: watch again, gently
