@@ -228,7 +228,11 @@ class _Components:
         name = str(node[NAME_KEY])
         if name not in self.schemas:
             self.schemas[name] = {}  # placeholder: a recursive reference stops here
-            self.schemas[name] = self.convert(node)
+            body = self.convert(node)
+            # The description is the holding field's (kept beside the reference); on the
+            # struct too, `kubectl explain` would print it twice.
+            body.pop("description", None)
+            self.schemas[name] = body
         return name
 
     def convert(self, node: Obj) -> Obj:
