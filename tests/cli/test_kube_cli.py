@@ -364,10 +364,10 @@ async def test_describe_renders_object_and_events(api: FakeApi, run: Run) -> Non
     assert rc == 0
     lines = out.splitlines()
     assert lines[:4] == [
-        "Name:        nginx",
-        "Namespace:   default",
-        "Labels:      app=nginx",
-        "Annotations: deployment.kubernetes.io/revision: 2",
+        "Name:         nginx",
+        "Namespace:    default",
+        "Labels:       app=nginx",
+        "Annotations:  deployment.kubernetes.io/revision: 2",
     ]
     assert "API Version:  apps/v1" in lines
     assert "  Creation Timestamp:  2025-01-01T00:00:00Z" in lines

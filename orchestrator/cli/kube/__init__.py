@@ -12,6 +12,7 @@ on stderr, with exit status 1 and no traceback.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
@@ -106,6 +107,9 @@ async def run(
 
 def main(args: argparse.Namespace) -> int:
     """Entry from `orchestrator.cli.main`: run under trio, Ctrl-C exits 130 quietly."""
+    if getattr(args, "log_level", "info") != "debug":
+        for name in ("httpx", "httpcore"):  # one INFO line per request is not kubectl's output
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return trio.run(run, args)
     except KeyboardInterrupt:

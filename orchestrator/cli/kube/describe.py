@@ -28,7 +28,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
 _SCHEMA_KEY = re.compile(r"^[a-z][a-zA-Z0-9]*$")
 _ACRONYMS = {"Uid": "UID", "Ip": "IP", "Ips": "IPs", "Api": "API", "Url": "URL", "Id": "ID"}
-_VERBATIM_MAPS = {"labels", "annotations", "matchLabels", "nodeSelector", "selector", "data"}
+_VERBATIM_MAPS = {"labels", "annotations", "matchLabels", "nodeSelector", "data"}
+_HEAD = 14  # width of the `Annotations:  ` column, as kubectl's generic describer
 
 
 def title(key: str) -> str:
@@ -77,16 +78,16 @@ def _map_lines(obj: Obj, indent: int, verbatim: bool = False) -> list[str]:
 def _kv_block(name: str, mapping: Any, sep: str) -> list[str]:
     items = sorted(mapping.items()) if isinstance(mapping, dict) and mapping else []
     if not items:
-        return [f"{name + ':':<13}<none>"]
+        return [f"{name + ':':<{_HEAD}}<none>"]
     first, *rest = [f"{k}{sep}{v}" for k, v in items]
-    return [f"{name + ':':<13}{first}"] + [f"{'':<13}{line}" for line in rest]
+    return [f"{name + ':':<{_HEAD}}{first}"] + [f"{'':<{_HEAD}}{line}" for line in rest]
 
 
 def render_object(obj: Obj) -> list[str]:
     meta = obj.get("metadata") or {}
-    lines = [f"{'Name:':<13}{meta.get('name', '')}"]
+    lines = [f"{'Name:':<{_HEAD}}{meta.get('name', '')}"]
     if "namespace" in meta:
-        lines.append(f"{'Namespace:':<13}{meta['namespace']}")
+        lines.append(f"{'Namespace:':<{_HEAD}}{meta['namespace']}")
     lines += _kv_block("Labels", meta.get("labels"), "=")
     lines += _kv_block("Annotations", meta.get("annotations"), ": ")
     rest_meta = {

@@ -144,6 +144,24 @@ async def _fetch(
     return docs, failed
 
 
+def _without_managed_fields(obj: Obj) -> Obj:
+    """kubectl hides `metadata.managedFields` unless asked (`--show-managed-fields`)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
+async def _category(s: Session, text: str) -> list[ResourceInfo]:
+    """`all` (any category name no resource is called): its resources, in discovery order."""
+    m = await s.mapper()
+    try:
+        m.resolve(text)
+        return []
+    except LookupError:
+        return m.category(text)
+
+
 def _items(doc: Obj) -> list[Obj]:
     if doc.get("kind") == "Table":
         return [r.get("object") or {} for r in doc.get("rows") or []]
@@ -154,7 +172,10 @@ def _items(doc: Obj) -> list[Obj]:
 
 async def get(s: Session, args: argparse.Namespace) -> int:
     targets, _slash = split_targets(args.targets)
-    types = [(await s.resolve(t), names) for t, names in targets]
+    types: list[tuple[ResourceInfo, list[str]]] = []
+    for t, names in targets:
+        category = await _category(s, t) if not names else []
+        types += [(r, []) for r in category] or [(await s.resolve(t), names)]
     if args.watch and len(types) > 1:
         raise CommandError("you may only specify a single resource type with --watch")
     fmt = args.output
@@ -174,7 +195,7 @@ async def get(s: Session, args: argparse.Namespace) -> int:
         prefix = f"{res.kind_ref}/" if many else ""
         if fmt in ("yaml", "json"):
             for d in docs:
-                structured.extend(_items(d))
+                structured.extend(_without_managed_fields(i) for i in _items(d))
             continue
         if fmt == "name":
             for d in docs:
@@ -207,6 +228,8 @@ async def get(s: Session, args: argparse.Namespace) -> int:
             s.print(line)
         last_widths = column_widths(rows)
         printed_any = True
+    if many and fmt in (None, "wide") and not printed_any and not rc:
+        s.eprint(no_resources(types[0][0], s.namespace, args.all_namespaces))
     if fmt in ("yaml", "json") and structured:
         single = len(types) == 1 and len(types[0][1]) == 1 and len(structured) == 1
         doc: Any = (
@@ -285,7 +308,8 @@ async def _watch(
                     for line in format_table(rows, widths=widths):
                         s.print(line)
                 elif fmt in ("yaml", "json"):
-                    s.out.write(dump(obj, fmt) + ("\n" if fmt == "json" else "---\n"))
+                    text = dump(_without_managed_fields(obj), fmt)
+                    s.out.write(text + ("\n" if fmt == "json" else "---\n"))
                     s.out.flush()
                 elif fmt == "name":
                     s.print(f"{res.kind_ref}/{(obj.get('metadata') or {}).get('name', '')}")
