@@ -399,7 +399,7 @@ class FakeApi:
                 new = copy.deepcopy(obj)
                 for op in body:
                     parts = op["path"].strip("/").split("/")
-                    target = new
+                    target: Any = new
                     for p in parts[:-1]:
                         target = target[p]
                     target[parts[-1]] = op["value"]

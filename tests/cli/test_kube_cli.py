@@ -52,7 +52,9 @@ def run(api: FakeApi, kubeconfig: Path) -> Run:
     return go
 
 
-def deployment(name: str = "nginx", replicas: int = 3, ns: str = "default", **meta: Any) -> dict:
+def deployment(
+    name: str = "nginx", replicas: int = 3, ns: str = "default", **meta: Any
+) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

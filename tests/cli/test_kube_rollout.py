@@ -28,7 +28,9 @@ from orchestrator.cli.main import _build_parser
 LEFT_EARLY = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
-def rs(rev: int | None, image: str, owner_uid: str = "dep-uid", controller: bool = True) -> dict:
+def rs(
+    rev: int | None, image: str, owner_uid: str = "dep-uid", controller: bool = True
+) -> dict[str, Any]:
     ann = {} if rev is None else {"deployment.kubernetes.io/revision": str(rev)}
     ann["kubernetes.io/change-cause"] = f"set image {image}"
     return {

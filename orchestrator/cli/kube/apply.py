@@ -40,7 +40,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     a.add_argument("--field-manager", default=FIELD_MANAGER)
 
     d = sub.add_parser("delete", parents=[common], help="delete resources by name or manifest")
-    d.add_argument("targets", nargs="*", metavar="TYPE [NAME...]")
+    d.add_argument("targets", nargs="*", metavar="RESOURCE", help="TYPE NAME... or TYPE/NAME...")
     d.add_argument("-f", "--filename", action="append", help="file, dir or -")
     d.add_argument("-R", "--recursive", action="store_true")
     d.add_argument("-l", "--selector", help="delete everything matching this label selector")

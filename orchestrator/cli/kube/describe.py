@@ -22,7 +22,7 @@ from ._common import Obj, Session, age, format_api_error, format_table, parse_ti
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     d = sub.add_parser("describe", parents=[common], help="show an object and its events")
-    d.add_argument("targets", nargs="+", metavar="TYPE NAME...")
+    d.add_argument("targets", nargs="+", metavar="RESOURCE", help="TYPE [NAME...] or TYPE/NAME...")
 
 
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")

@@ -35,7 +35,9 @@ REWATCH_DELAY = 1.0  # seconds between a watch the server ended and the next one
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     g = sub.add_parser("get", parents=[common], help="list resources (kubectl get)")
-    g.add_argument("targets", nargs="+", metavar="TYPE [NAME...]")
+    g.add_argument(
+        "targets", nargs="+", metavar="RESOURCE", help="TYPE[,TYPE] [NAME...], TYPE/NAME..., or all"
+    )
     g.add_argument("-A", "--all-namespaces", action="store_true")
     g.add_argument("-l", "--selector", help="label selector (app=web,tier!=db)")
     g.add_argument("--field-selector", help="field selector (metadata.name=x)")

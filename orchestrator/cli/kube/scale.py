@@ -15,7 +15,7 @@ from ._common import CommandError, Session, format_api_error, split_targets
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("scale", parents=[common], help="set the replicas of a scalable resource")
-    p.add_argument("targets", nargs="+", metavar="TYPE/NAME | TYPE NAME")
+    p.add_argument("targets", nargs="+", metavar="RESOURCE", help="TYPE/NAME... or TYPE NAME...")
     p.add_argument("--replicas", type=int, required=True)
 
 
