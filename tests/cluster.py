@@ -47,6 +47,7 @@ from orchestrator.raft.framing import FrameDecoder, encode_frame
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
+CLUSTER_TOKEN = "orch-test-cluster"  # every server shares it: it unlocks the shared credentials
 
 T = TypeVar("T")
 
@@ -213,6 +214,8 @@ class Cluster:
             s.endpoint,
             "--listen",
             s.api_addr,
+            "--token",
+            CLUSTER_TOKEN,
             "--tick-ms",
             str(self.tick_ms),
             "--election-ticks",
@@ -443,6 +446,15 @@ class Cluster:
             if trio.current_time() >= deadline:
                 raise ClusterError(f"timed out after {within:.1f}s waiting for {what}")
             await trio.sleep(interval)
+
+    async def wait_api(self, i: int, *, within: float = 30.0) -> Path:
+        """Until server i's Kubernetes API listens (it writes its kubeconfig then)."""
+
+        async def written() -> Path | None:
+            path = self.servers[i].kubeconfig
+            return path if path.exists() else None
+
+        return await self.wait_until(written, within=within, what=f"server {i}'s API")
 
     async def wait_ready(self, i: int, *, within: float = 20.0) -> dict[str, Any]:
         """Until server i answers a status request."""

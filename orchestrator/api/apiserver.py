@@ -26,6 +26,7 @@ from .app import ApiApp
 from .auth.authn import Authenticator
 from .auth.kubeconfig import write_kubeconfig
 from .auth.pki import Pki, ensure_pki
+from .auth.shared import Bundle, local_bundle, shared_credentials
 from .auth.tls import serve, server_ssl_context
 from .auth.tokens import ADMIN_USER, MASTERS, TokenStore
 from .resources import Api, Call
@@ -46,6 +47,7 @@ class ApiOptions:
     listen: str = "127.0.0.1:6443"
     tls: bool = True
     extra_sans: list[str] = field(default_factory=list)
+    cluster_token: str = ""  # encrypts the credentials the servers share through the store
 
 
 def split_host_port(text: str) -> tuple[str, int]:
@@ -110,9 +112,19 @@ class ApiServer:
         sans = [*self.opts.extra_sans]
         if host not in ("0.0.0.0", "::", ""):
             sans.append(host)
-        self.pki = pki = ensure_pki(data_dir, sans)
+        kubeconfig = data_dir / "kubeconfig.yaml"
+
+        def make_local() -> Bundle:
+            ensure_pki(data_dir, sans)
+            tokens = TokenStore.open(data_dir)
+            return local_bundle(data_dir, tokens, _admin_token(tokens, kubeconfig))
+
+        bundle = await shared_credentials(
+            self.objects.store, data_dir, self.opts.cluster_token, make_local
+        )
+        self.pki = pki = ensure_pki(data_dir, sans)  # the serving cert, under the shared CA
         self.tokens = tokens = TokenStore.open(data_dir)
-        admin_token = _admin_token(tokens, data_dir / "kubeconfig.yaml")
+        admin_token = bundle.admin_token
         authenticator = Authenticator(tokens, pki.ca_cert)
         app = ApiApp(
             self.api,
@@ -131,7 +143,7 @@ class ApiServer:
             )
             url = f"{scheme}://{url_host}:{self.port}"
             write_kubeconfig(
-                data_dir / "kubeconfig.yaml",
+                kubeconfig,
                 url,
                 pki.ca_pem,
                 "admin",

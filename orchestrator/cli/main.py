@@ -159,6 +159,16 @@ def _server(args: argparse.Namespace) -> int:
     joining = args.join is not None
     if joining and args.join and not args.token:
         raise SystemExit("error: --join URL needs --token (or ORCHESTRATOR_TOKEN)")
+    if (
+        args.initial_cluster
+        and len(args.initial_cluster) > 1
+        and not args.token
+        and not (args.data_dir / "token").exists()
+    ):
+        raise SystemExit(
+            "error: the founders of a multi-server cluster must share one --token "
+            "(it also encrypts the credentials they share)"
+        )
     node_id = node_identity(args.data_dir, args.node_id, joining=joining)
     token = cluster_token(args.data_dir, args.token)
     founders: dict[int, str] = {}
@@ -198,7 +208,11 @@ def _server(args: argparse.Namespace) -> int:
         quota_bytes=args.quota_bytes,
         compaction=compaction,
         api=ApiOptions(
-            args.data_dir, args.listen, tls=not args.plain_http, extra_sans=args.tls_san
+            args.data_dir,
+            args.listen,
+            tls=not args.plain_http,
+            extra_sans=args.tls_san,
+            cluster_token=token,
         ),
     )
     print(f"node {node_id}; join token: {token}", file=sys.stderr, flush=True)

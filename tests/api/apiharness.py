@@ -66,7 +66,10 @@ async def api_server(data_dir: Path | None = None, *, tls: bool = True) -> Async
             tick_interval=0.01,
         )
         opts = ServerOptions(
-            node, "127.0.0.1:0", token="t", api=ApiOptions(root, "127.0.0.1:0", tls=tls)
+            node,
+            "127.0.0.1:0",
+            token="t",
+            api=ApiOptions(root, "127.0.0.1:0", tls=tls, cluster_token="t"),
         )
         server = Server(opts)
         async with trio.open_nursery() as nursery:
