@@ -98,10 +98,16 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+_BINARY_BODY_TYPES = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
+
+
 def decode_body(body: bytes, content_type: str) -> Any:
     if not body:
         return None
     ct = content_type.split(";")[0].strip().lower()
+    if ct in _BINARY_BODY_TYPES:
+        # Typed clients (e.g. `kubectl create namespace`) send protobuf; say so, not "bad JSON".
+        raise errors.unsupported_media_type(ct, "application/json, application/yaml")
     try:
         if ct in ("application/yaml", "application/apply-patch+yaml", "text/yaml"):
             return yaml.load(body.decode("utf-8"), Loader=_NoAliasLoader)

@@ -146,12 +146,12 @@ def method_not_allowed(
     return ApiError(405, "MethodNotAllowed", message)
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
+def unsupported_media_type(content_type: str, accepted: str = _PATCH_TYPES) -> ApiError:
     return ApiError(
         415,
         "UnsupportedMediaType",
         "the body of the request was in an unknown format - accepted media types include: "
-        f'{_PATCH_TYPES}; got "{content_type}"',
+        f'{accepted}; got "{content_type}"',
     )
 
 
