@@ -384,7 +384,7 @@ class _Walker:
             self._invalid(path, v, f"{where} must be of type {fmt}: {quote(v)}")
 
     def _numeric(self, s: Schema, v: int | float, path: str) -> None:
-        if math.isnan(v):
+        if isinstance(v, float) and math.isnan(v):  # math.isnan(int) overflows past 1e308
             self._invalid(path, v, "must be a number")
             return
         lo, hi = _number(s.get("minimum")), _number(s.get("maximum"))
