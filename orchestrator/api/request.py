@@ -11,6 +11,7 @@ ones are 400s. Booleans parse like Go's strconv.ParseBool (Python sends `watch=T
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
@@ -18,6 +19,7 @@ from . import errors
 
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
 _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+_INTEGER = re.compile(r"[+-]?[0-9]{1,20}", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +104,11 @@ class Query:
         text = self.get(name)
         if not text:
             return default
-        try:
-            return int(text)
-        except ValueError:
-            raise errors.bad_request(
-                f"invalid integer value {text!r} for query parameter {name!r}"
-            ) from None
+        # Go's strconv.ParseInt: ASCII digits with an optional sign, 64 bits. Python's int()
+        # would also take " 5", "1_000" and non-ASCII digits.
+        if _INTEGER.fullmatch(text) is None or not -(2**63) <= int(text) < 2**63:
+            raise errors.bad_request(f"invalid integer value {text!r} for query parameter {name!r}")
+        return int(text)
 
 
 @dataclass(frozen=True, slots=True)
