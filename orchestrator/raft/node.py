@@ -217,6 +217,11 @@ class RaftNode:
         self.auto_promote: set[NodeId] = set()  # learners to promote once caught up
         self._reads: dict[bytes, _Waiter] = {}  # read context -> waiter (before ReadState)
         self._read_waits: list[tuple[int, _Waiter]] = []  # (read index, waiter)
+        # Read contexts must be unique across the cluster (the leader keys pending ReadIndex
+        # requests by context, followers' and its own alike) and across restarts (an answer to
+        # an earlier incarnation's request must not release a newer one): node id, a random
+        # per-process tag, a counter.
+        self._ctx_prefix = b"%d:%s:" % (self.id, os.urandom(4).hex().encode())
         self._ctx = itertools.count(1)
         self._applied_event = trio.Event()
         self._sm_applied = 0
@@ -406,7 +411,7 @@ class RaftNode:
                     rids.append(rid)
                     self._waiters[rid] = w
                 elif kind == "read":
-                    ctx = b"%d" % next(self._ctx)
+                    ctx = self._ctx_prefix + b"%d" % next(self._ctx)
                     core.read_index(ctx)
                     self._reads[ctx] = w
                 elif kind == "conf":
