@@ -187,7 +187,7 @@ def main() -> int:
     try:
         for n in sizes:
             with cluster_mod.Cluster(root / f"{n}-servers", n, tick_ms=100,
-                                     log_level="warning") as cluster:
+                                     log_level="warning", api=False) as cluster:
                 cluster.start()
                 cluster.wait_leader_blocking(within=30)
                 for c in levels:

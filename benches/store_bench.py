@@ -1152,7 +1152,9 @@ def main() -> int:
                 ours = None
                 if n in sizes:
                     cluster = stack.enter_context(
-                        cluster_mod.Cluster(root / f"ours-{n}", n, tick_ms=100, log_level="warning")
+                        cluster_mod.Cluster(
+                            root / f"ours-{n}", n, tick_ms=100, log_level="warning", api=False
+                        )
                     )
                     ours = _OursTarget(cluster, n)
                 etcd = None

@@ -153,6 +153,7 @@ class Cluster:
         log_level: str = "info",
         extra_args: Sequence[str] = (),
         stop_timeout: float = 5.0,
+        api: bool = True,
     ) -> None:
         if size < 1:
             raise ValueError("a cluster needs at least one server")
@@ -164,6 +165,7 @@ class Cluster:
         self.log_level = log_level
         self.extra_args = list(extra_args)
         self.stop_timeout = stop_timeout
+        self.api = api  # serve the Kubernetes API (False: store-only servers)
         ports = free_ports(3 * size)
         self.servers: list[ServerProc] = [
             ServerProc(
@@ -213,7 +215,7 @@ class Cluster:
             "--client-listen",
             s.endpoint,
             "--listen",
-            s.api_addr,
+            s.api_addr if self.api else "none",
             "--token",
             CLUSTER_TOKEN,
             "--tick-ms",

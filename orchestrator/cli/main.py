@@ -88,7 +88,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--listen",
         default=DEFAULT_API,
         help="HOST:PORT of the Kubernetes API (HTTPS); use 0.0.0.0:6443 to serve other devices "
-        "(the serving certificate then also names this host's addresses)",
+        "(the serving certificate then also names this host's addresses); 'none' = store only",
     )
     s.add_argument(
         "--tls-san",
@@ -196,10 +196,12 @@ def _server(args: argparse.Namespace) -> int:
         )
     from ..api.apiserver import ApiOptions, split_host_port
 
-    try:
-        split_host_port(args.listen)
-    except ValueError:
-        raise SystemExit(f"error: --listen {args.listen!r} is not HOST:PORT") from None
+    serve_api = args.listen.lower() not in ("", "none")
+    if serve_api:
+        try:
+            split_host_port(args.listen)
+        except ValueError:
+            raise SystemExit(f"error: --listen {args.listen!r} is not HOST:PORT") from None
     opts = ServerOptions(
         node,
         args.client_listen,
@@ -207,7 +209,9 @@ def _server(args: argparse.Namespace) -> int:
         join_url=args.join,
         quota_bytes=args.quota_bytes,
         compaction=compaction,
-        api=ApiOptions(
+        api=None
+        if not serve_api
+        else ApiOptions(
             args.data_dir,
             args.listen,
             tls=not args.plain_http,

@@ -160,7 +160,7 @@ async def terms(cluster: Any) -> dict[int, int]:
 async def test_acknowledged_writes_survive_leader_kills(tmp_path: Path) -> None:
     """8 concurrent writers; the leader is SIGKILLed mid-stream, twice. Every acknowledged write
     is readable afterwards, linearizably and from the restarted server's local copy."""
-    with trio.fail_after(100), Cluster(tmp_path, 3) as cluster:
+    with trio.fail_after(100), Cluster(tmp_path, 3, api=False) as cluster:
         cluster.start()
         await cluster.wait_leader()
         acked: dict[str, bytes] = {}
@@ -203,7 +203,10 @@ async def test_acknowledged_writes_survive_leader_kills(tmp_path: Path) -> None:
 async def test_follower_catches_up_from_a_snapshot(tmp_path: Path) -> None:
     """A follower that was down while the leader compacted its log past the follower's position
     is brought back with InstallSnapshot and then serves every value locally."""
-    with trio.fail_after(60), Cluster(tmp_path, 3, snapshot_every=50, keep_tail=10) as cluster:
+    with (
+        trio.fail_after(60),
+        Cluster(tmp_path, 3, snapshot_every=50, keep_tail=10, api=False) as cluster,
+    ):
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
@@ -245,7 +248,7 @@ async def test_hostile_input_on_the_peer_port_changes_nothing(tmp_path: Path) ->
     """Garbage, oversized frames, unknown message types and vote requests from a non-member
     with a huge term on the peer port: every server keeps running, no term jumps and writes
     keep succeeding."""
-    with trio.fail_after(60), Cluster(tmp_path, 3, tick_ms=100) as cluster:
+    with trio.fail_after(60), Cluster(tmp_path, 3, tick_ms=100, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
@@ -309,7 +312,7 @@ async def test_hostile_input_on_the_peer_port_changes_nothing(tmp_path: Path) ->
 async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
     """Join a 4th server as a learner, promote it, remove one of the founders, all with the
     `orchestrator member` command; writes keep working and status shows the new membership."""
-    with trio.fail_after(60), Cluster(tmp_path, 3) as cluster:
+    with trio.fail_after(60), Cluster(tmp_path, 3, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
         founders = ",".join(cluster.endpoints)
@@ -378,8 +381,9 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
 async def test_hostile_input_on_the_client_port_changes_nothing(tmp_path: Path) -> None:
     """Malformed requests (wrong arity, wrong types, unknown op, not msgpack) are answered
     "error"; garbage, oversized frames, a truncated frame and a connection reset close the
-    connection. The server keeps running, nothing is committed, and writes keep succeeding."""
-    with trio.fail_after(60), Cluster(tmp_path, 3, tick_ms=100) as cluster:
+    connection. The server keeps running, nothing is committed, and writes keep succeeding.
+    (Store-only servers: the API server's own background writes would move the commit index.)"""
+    with trio.fail_after(60), Cluster(tmp_path, 3, tick_ms=100, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
@@ -461,7 +465,7 @@ async def test_hostile_input_on_the_client_port_changes_nothing(tmp_path: Path) 
 
 # ---------------------------------------------------------------------------------- known bugs
 async def test_heartbeat_from_a_non_member_does_not_raise_the_term(tmp_path: Path) -> None:
-    with trio.fail_after(30), Cluster(tmp_path, 3, tick_ms=100) as cluster:
+    with trio.fail_after(30), Cluster(tmp_path, 3, tick_ms=100, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
@@ -480,7 +484,7 @@ async def test_heartbeat_from_a_non_member_does_not_raise_the_term(tmp_path: Pat
 
 
 async def test_a_term_beyond_64_bits_does_not_crash_the_server(tmp_path: Path) -> None:
-    with trio.fail_after(30), Cluster(tmp_path, 3, tick_ms=100) as cluster:
+    with trio.fail_after(30), Cluster(tmp_path, 3, tick_ms=100, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
@@ -495,7 +499,7 @@ async def test_a_term_beyond_64_bits_does_not_crash_the_server(tmp_path: Path) -
 
 
 async def test_add_learner_with_a_bad_address_is_refused(tmp_path: Path) -> None:
-    with trio.fail_after(30), Cluster(tmp_path, 3, tick_ms=100) as cluster:
+    with trio.fail_after(30), Cluster(tmp_path, 3, tick_ms=100, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
         status, _ = await raw_request(cluster.endpoint(leader), "add_learner", 5, "nonsense")
@@ -505,7 +509,7 @@ async def test_add_learner_with_a_bad_address_is_refused(tmp_path: Path) -> None
 
 
 async def test_removing_a_non_member_is_an_error(tmp_path: Path) -> None:
-    with trio.fail_after(30), Cluster(tmp_path, 3, tick_ms=100) as cluster:
+    with trio.fail_after(30), Cluster(tmp_path, 3, tick_ms=100, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
         status, detail = await raw_request(cluster.endpoint(leader), "remove", OUTSIDER)

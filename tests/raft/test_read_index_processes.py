@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 def test_concurrent_linearizable_reads_on_every_server(tmp_path: Path) -> None:
     async def main() -> None:
-        with Cluster(tmp_path, size=3, tick_ms=100, log_level="warning") as cluster:
+        with Cluster(tmp_path, size=3, tick_ms=100, log_level="warning", api=False) as cluster:
             cluster.start()
             await cluster.wait_leader(within=30)
             async with StoreClient(cluster.endpoints) as kv:

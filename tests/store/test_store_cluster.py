@@ -320,7 +320,9 @@ async def test_linearizable_and_watchers_complete_under_crashes_and_partition(
     watch_logs = [WatchLog(), WatchLog()]
     with (
         trio.fail_after(150),
-        Cluster(tmp_path, 3, tick_ms=50, extra_args=["--enable-fault-injection"]) as cluster,
+        Cluster(
+            tmp_path, 3, tick_ms=50, extra_args=["--enable-fault-injection"], api=False
+        ) as cluster,
     ):
         cluster.start()
         await cluster.wait_leader()
@@ -428,7 +430,7 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
     with (
         trio.fail_after(100),
         Cluster(tmp_path, 3, snapshot_every=50, keep_tail=10,
-                extra_args=["--auto-compaction", "50"]) as cluster,
+                extra_args=["--auto-compaction", "50"], api=False) as cluster,
     ):
         cluster.start()
         leader = await cluster.wait_leader()
@@ -543,7 +545,7 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
 
 # ---------------------------------------------------------------------------------- 3
 async def test_power_loss_of_every_server_keeps_acknowledged_writes(tmp_path: Path) -> None:
-    with trio.fail_after(90), Cluster(tmp_path, 3) as cluster:
+    with trio.fail_after(90), Cluster(tmp_path, 3, api=False) as cluster:
         cluster.start()
         await cluster.wait_leader()
         acked: dict[str, bytes] = {}
@@ -601,7 +603,10 @@ async def test_watch_on_a_follower_that_installed_a_snapshot_misses_no_event(
     revision the snapshot covered. A watch open on the follower across the install, and one
     opened afterwards, must both deliver every revision."""
     prefix = "snapw/"
-    with trio.fail_after(60), Cluster(tmp_path, 3, snapshot_every=50, keep_tail=10) as cluster:
+    with (
+        trio.fail_after(60),
+        Cluster(tmp_path, 3, snapshot_every=50, keep_tail=10, api=False) as cluster,
+    ):
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
@@ -653,7 +658,9 @@ async def test_watch_on_a_follower_that_installed_a_snapshot_misses_no_event(
 async def test_client_writes_fail_over_from_an_isolated_leader(tmp_path: Path) -> None:
     with (
         trio.fail_after(60),
-        Cluster(tmp_path, 3, tick_ms=50, extra_args=["--enable-fault-injection"]) as cluster,
+        Cluster(
+            tmp_path, 3, tick_ms=50, extra_args=["--enable-fault-injection"], api=False
+        ) as cluster,
     ):
         cluster.start()
         old = await cluster.wait_leader()
