@@ -2,8 +2,8 @@
 through HTTPS with the official Python client, on real server processes.
 
     python benches/api_bench.py [--servers 1,3] [--clients 4] [--concurrency 16] \\
-        [--creates 2000] [--gets 4000] [--lists 100] [--list-size 1000] \\
-        [--watchers 100] [--watch-events 200] [--watch-writers 4] [--quick] [--json] \\
+        [--creates 4000] [--gets 8000] [--lists 200] [--list-size 1000] \\
+        [--watchers 100] [--watch-events 300] [--watch-writers 4] [--quick] [--json] \\
         [--profile S:PHASE] [--keep-data]
 
 Servers: for each cluster size a fresh cluster of `orchestrator server` processes is started on
@@ -47,7 +47,9 @@ CPU: client = user+sys of the client processes over their part of the window (ge
 the watch phase plus the driver's writer threads), server = sum over the server processes from
 /proc/<pid>/stat around the window; "us/op" = CPU per operation (per delivery for watch),
 "box %" = both over the machine's capacity in the window (near 100 % means the machine is the
-limit). Nothing is asserted: this is a measurement.
+limit), "oth %" = the CPU everything else on the machine used meanwhile (/proc/stat): if it is not
+small, that phase was disturbed. Before each phase the driver waits (up to `--quiet-wait` s)
+until the machine is at most 25 % busy. Nothing is asserted: this is a measurement.
 
 `--profile S:PHASE` (e.g. 1:list) runs `py-spy record --gil` on the leader (server 0 of a
 1-server cluster) during that phase and prints the top functions by self and inclusive samples.
@@ -76,9 +78,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))  # for benchlib, imported below
 
-from benchlib import cluster_lib, cpu_self, percentile  # noqa: E402  (path set above)
+from benchlib import cluster_lib, cpu_self, machine_cpu, percentile, wait_quiet  # noqa: E402
 
 PHASES = ("create", "get", "list", "watch")
 NS_OPS = "bench-ops"
@@ -340,10 +342,17 @@ def _cpu_of(pids: list[int]) -> float:
     return sum(cluster_lib.process_cpu_seconds(pid) or 0.0 for pid in pids)
 
 
-def _machine_cpu_s() -> float:
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    return sum(fields[:8]) / os.sysconf("SC_CLK_TCK")
+def _box(
+    cli: float, srv: float, mach0: tuple[float, float], mach1: tuple[float, float]
+) -> dict[str, float]:
+    """Our CPU (clients + servers) and everything else's, as % of the machine's capacity over
+    the window."""
+    total = max(1e-9, mach1[1] - mach0[1])
+    busy = mach1[0] - mach0[0]
+    return {
+        "box_cpu_pct": 100.0 * (cli + srv) / total,
+        "other_cpu_pct": 100.0 * max(0.0, busy - cli - srv) / total,
+    }
 
 
 class _Spy:
@@ -475,6 +484,9 @@ class _Bench:
             core.api_client.close()
 
     # ------------------------------------------------------------------ phases
+    def _quiet(self) -> float:
+        return wait_quiet(self.args.quiet_wait) if self.args.quiet_wait > 0 else 0.0
+
     def _spy_for(self, phase: str) -> _Spy | None:
         if self.args.profile != (self.n, phase):
             return None
@@ -485,14 +497,15 @@ class _Bench:
         """Run one measured phase of `kind` over `items`, spread over the client processes."""
         clients = self.clients
         parts = len(clients.conns)
+        busy_before = self._quiet()
         spy = self._spy_for(kind)
         start_at = time.monotonic() + 0.5
         for p in range(parts):
             clients.send(p, kind, items[p::parts], {**params, "start_at": start_at})
         _sleep_until(start_at)
-        srv0, mach0, wall0 = _cpu_of(self.pids), _machine_cpu_s(), time.monotonic()
+        srv0, mach0, wall0 = _cpu_of(self.pids), machine_cpu(), time.monotonic()
         outs = clients._recv_all(REQUEST_TIMEOUT * max(1, len(items)))
-        srv1, mach1, wall1 = _cpu_of(self.pids), _machine_cpu_s(), time.monotonic()
+        srv1, mach1, wall1 = _cpu_of(self.pids), machine_cpu(), time.monotonic()
         if spy is not None:
             spy.stop()
             self.results.setdefault("profile", {})[kind] = _profile_summary(
@@ -516,7 +529,8 @@ class _Bench:
             "server_cpu_s": srv,
             "client_us_per_op": cli / ok * 1e6 if ok else float("nan"),
             "server_us_per_op": srv / ok * 1e6 if ok else float("nan"),
-            "box_cpu_pct": 100.0 * (cli + srv) / max(1e-9, mach1 - mach0),
+            **_box(cli, srv, mach0, mach1),
+            "busy_before_pct": 100.0 * busy_before,
             "late_start_s": max(o["late_s"] for o in outs),
         }
 
@@ -545,6 +559,7 @@ class _Bench:
                 },
             )
         connected = clients._recv_all(60)
+        busy_before = self._quiet()
         if not all(c.get("connected") for c in connected):
             raise RuntimeError("some watchers could not connect (see the client errors)")
 
@@ -573,11 +588,11 @@ class _Bench:
                 return
             acked[name] = time.time()
 
-        srv0, mach0, cpu0, wall0 = _cpu_of(self.pids), _machine_cpu_s(), cpu_self(), time.time()
+        srv0, mach0, cpu0, wall0 = _cpu_of(self.pids), machine_cpu(), cpu_self(), time.time()
         with ThreadPoolExecutor(args.watch_writers) as pool:
             list(pool.map(write, range(expected)))
         outs = clients._recv_all(timeout_s + 30)
-        srv1, mach1, cpu1 = _cpu_of(self.pids), _machine_cpu_s(), cpu_self()
+        srv1, mach1, cpu1 = _cpu_of(self.pids), machine_cpu(), cpu_self()
         if spy is not None:
             spy.stop()
             self.results.setdefault("profile", {})["watch"] = _profile_summary(
@@ -627,7 +642,8 @@ class _Bench:
             "server_cpu_s": srv,
             "client_us_per_op": cli / delivered * 1e6 if delivered else float("nan"),
             "server_us_per_op": srv / delivered * 1e6 if delivered else float("nan"),
-            "box_cpu_pct": 100.0 * (cli + srv) / max(1e-9, mach1 - mach0),
+            **_box(cli, srv, mach0, mach1),
+            "busy_before_pct": 100.0 * busy_before,
         }
 
     def run(self) -> dict[str, Any]:
@@ -660,7 +676,8 @@ class _Bench:
             f"{phase:<7} {x['ops']:>7} {x['seconds']:>6.1f} {x['ops_per_s']:>8.0f} "
             f"{x['p50_ms']:>7.1f} {x['p99_ms']:>7.1f} {x['client_cpu_s']:>7.1f} "
             f"{x['client_us_per_op']:>7.0f} {x['server_cpu_s']:>7.1f} "
-            f"{x['server_us_per_op']:>7.0f} {x['box_cpu_pct']:>5.0f} {x['errors']:>4}",
+            f"{x['server_us_per_op']:>7.0f} {x['box_cpu_pct']:>5.0f} {x['other_cpu_pct']:>5.0f} "
+            f"{x['errors']:>4}",
             flush=True,
         )
         if x["first_error"]:
@@ -680,7 +697,7 @@ class _Bench:
 
 HEADER = (
     f"{'phase':<7} {'ops':>7} {'secs':>6} {'ops/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
-    f"{'cli s':>7} {'cli us':>7} {'srv s':>7} {'srv us':>7} {'box%':>5} {'err':>4}"
+    f"{'cli s':>7} {'cli us':>7} {'srv s':>7} {'srv us':>7} {'box%':>5} {'oth%':>5} {'err':>4}"
 )
 
 
@@ -689,23 +706,31 @@ def main() -> int:
     ap.add_argument("--servers", default="1,3", help="cluster sizes, comma-separated")
     ap.add_argument("--clients", type=int, default=4, help="client processes")
     ap.add_argument("--concurrency", type=int, default=16, help="threads per client process")
-    ap.add_argument("--creates", type=int, default=2000)
-    ap.add_argument("--gets", type=int, default=4000)
-    ap.add_argument("--lists", type=int, default=100)
+    ap.add_argument("--creates", type=int, default=4000)
+    ap.add_argument("--gets", type=int, default=8000)
+    ap.add_argument("--lists", type=int, default=200)
     ap.add_argument("--list-size", type=int, default=1000, help="objects in the listed namespace")
     ap.add_argument("--watchers", type=int, default=100)
-    ap.add_argument("--watch-events", type=int, default=200, help="writes watched")
+    ap.add_argument("--watch-events", type=int, default=300, help="writes watched")
     ap.add_argument("--watch-writers", type=int, default=4, help="writer threads (driver)")
     ap.add_argument("--quick", action="store_true", help="a tiny smoke run (seconds)")
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     ap.add_argument("--profile", metavar="S:PHASE", help="py-spy the leader of S servers")
     ap.add_argument("--py-spy-args", default="--gil", help="extra py-spy record options")
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=20.0,
+        help="before each phase, wait up to this many seconds for the machine to be at most "
+        "25%% busy (a shared machine); 0 = do not wait",
+    )
     ap.add_argument("--keep-data", action="store_true", help="keep the data directories")
     args = ap.parse_args()
     if args.quick:
         args.clients, args.concurrency = min(args.clients, 2), min(args.concurrency, 4)
         args.creates, args.gets, args.lists, args.list_size = 40, 80, 10, 100
         args.watchers, args.watch_events, args.watch_writers = 10, 20, 2
+        args.quiet_wait = 0.0
     sizes = [int(x) for x in args.servers.split(",") if x]
     if args.profile:
         s, _, phase = args.profile.partition(":")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -14,7 +16,7 @@ for _p in (str(ROOT), str(ROOT / "tests")):
 
 import cluster as cluster_lib  # noqa: E402  (found through the path set above)
 
-__all__ = ["ROOT", "cluster_lib", "cpu_self", "percentile"]
+__all__ = ["ROOT", "cluster_lib", "cpu_self", "machine_cpu", "percentile", "wait_quiet"]
 
 
 def cpu_self() -> float:
@@ -28,3 +30,26 @@ def percentile(sorted_values: list[float], q: float) -> float:
         return float("nan")
     k = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
     return sorted_values[k]
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already in user
+    return (total - idle) / tick, total / tick
+
+
+def wait_quiet(max_wait: float, busy_limit: float = 0.25) -> float:
+    """Wait (up to max_wait s) until the machine is at most busy_limit busy over 1 s, so that
+    load started by others does not land in a measurement. Returns the last busy fraction."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        b0, t0 = machine_cpu()
+        time.sleep(1.0)
+        b1, t1 = machine_cpu()
+        busy = (b1 - b0) / max(1e-9, t1 - t0)
+        if busy <= busy_limit or time.monotonic() >= deadline:
+            return busy
