@@ -17,7 +17,10 @@ scope, and its `worker_serve` hard-codes its `TCPServer`. So `serve` builds the 
 
 Hypercorn internals relied on (pin `hypercorn>=0.17,<0.19`, checked against 0.18.0):
 `hypercorn.trio.tcp_server.TCPServer(app_wrapper, config, context, state, stream)`,
-`hypercorn.trio.worker_context.WorkerContext(max_requests)`, `hypercorn.app_wrappers.ASGIWrapper`.
+`hypercorn.trio.worker_context.WorkerContext(max_requests)`, `hypercorn.app_wrappers.ASGIWrapper`,
+and `hypercorn.protocol.h11.H11Protocol._send_h11_event`, wrapped (once, at import) to add the
+reason phrase hypercorn leaves out: Go's net/http sends `HTTP/1.1 404 Not Found`, and the Python
+client shows that phrase as `ApiException.reason`.
 
 Structured concurrency: `serve` runs until cancelled; it starts its per-connection tasks in its
 own nursery, so cancelling the caller's scope closes the listeners and every connection. The
@@ -29,11 +32,14 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Awaitable, Callable, MutableMapping
+from http import HTTPStatus
 from typing import Any, cast
 
+import h11
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
@@ -44,6 +50,27 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+_send_h11_event = H11Protocol._send_h11_event
+
+
+async def _send_with_reason(self: H11Protocol, event: Any) -> None:
+    if isinstance(event, h11.Response) and not event.reason:
+        try:
+            phrase = HTTPStatus(event.status_code).phrase.encode()
+        except ValueError:  # a code without a standard phrase keeps none
+            phrase = b""
+        event = h11.Response(
+            status_code=event.status_code,
+            headers=list(event.headers),
+            http_version=event.http_version,
+            reason=phrase,
+        )
+    await _send_h11_event(self, event)
+
+
+H11Protocol._send_h11_event = _send_with_reason  # type: ignore[method-assign]  # see module doc
 
 
 def server_ssl_context(pki: Pki, *, http2: bool = False) -> ssl.SSLContext:
