@@ -185,6 +185,7 @@ def test_errors_are_status_objects(apps: client.AppsV1Api, ns: str) -> None:
     with pytest.raises(ApiException) as missing:
         apps.read_namespaced_deployment("missing", ns)
     assert missing.value.status == 404
+    assert missing.value.reason == "Not Found"  # the HTTP reason phrase, as Go sends it
     body = status_of(missing.value)
     assert body["reason"] == "NotFound"
     assert body["message"] == 'deployments.apps "missing" not found'
