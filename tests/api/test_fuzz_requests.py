@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import yaml
 from apiharness import Harness, api_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -798,6 +799,52 @@ def test_strategic_merge_patch_on_custom_object_is_415(live: Live) -> None:
     )
     assert body is not None
     assert body["code"] == 415
+
+
+def _apply_identity(text: str) -> bool:
+    """Whether `text` parses (as YAML) to a mapping that names an apiVersion and kind."""
+    try:
+        doc = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return False
+    return isinstance(doc, dict) and bool(doc.get("apiVersion")) and bool(doc.get("kind"))
+
+
+@FUZZ
+@given(
+    target=st.sampled_from(OBJECTS),
+    text=st.one_of(
+        st.text(max_size=60),
+        st.sampled_from(
+            [
+                "spec:\n  replicas: 3\n",
+                "metadata:\n  name: web\n",
+                "apiVersion: v1\n",
+                "kind: Deployment\n",
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: [1]\n",
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: other}\n",
+                "apiVersion: v1\nkind: Secret\nmetadata: {name: web}\n",
+                "a: &x 1\nb: *x\n",
+                "- 1\n- 2\n",
+                "{",
+                "? complex\n: key\n",
+                "!!binary aGVsbG8=\n",
+            ]
+        ),
+    ),
+)
+def test_server_side_apply_bodies(live: Live, target: str, text: str) -> None:
+    # Without apiVersion and kind (or with another object's identity) an apply is refused.
+    if _apply_identity(text) and "other" not in text and "Secret" not in text and "[1]" not in text:
+        return
+    must_fail(
+        live,
+        "PATCH",
+        target,
+        params={"fieldManager": "fuzz"},
+        content=text.encode(),
+        headers={"content-type": "application/apply-patch+yaml"},
+    )
 
 
 def _chunks(total: int) -> Iterator[bytes]:

@@ -553,6 +553,7 @@ def test_dynamic_client(dyn: dynamic.DynamicClient, widgets_crd: str, ns: str) -
     assert container.ports[0].containerPort == 80
 
     widgets = dyn.resources.get(api_version="example.com/v1", kind="Widget")
+    start = widgets.get(namespace=ns).metadata.resourceVersion
     widgets.create(body=widget("d1", size=1), namespace=ns)
     assert widgets.get(name="d1", namespace=ns).spec.size == 1
     assert [w.metadata.name for w in widgets.get(namespace=ns).items] == ["d1"]
@@ -574,6 +575,15 @@ def test_dynamic_client(dyn: dynamic.DynamicClient, widgets_crd: str, ns: str) -
     widgets.delete(name="d1", namespace=ns)
     with pytest.raises(dynamic.exceptions.NotFoundError):
         widgets.get(name="d1", namespace=ns)
+
+    # The DynamicClient's watch sees the whole history since `start`, in order.
+    w = watch.Watch()
+    seen = []
+    for ev in widgets.watch(namespace=ns, resource_version=start, timeout=5, watcher=w):
+        seen.append((ev["type"], ev["object"].metadata.name, ev["object"].spec.size))
+        if len(seen) == 3:
+            w.stop()
+    assert seen == [("ADDED", "d1", 1), ("MODIFIED", "d1", 1), ("DELETED", "d1", 1)]
 
 
 def test_server_side_apply_managers_and_conflicts(
