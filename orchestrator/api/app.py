@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
@@ -86,6 +87,14 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    # 1e999 would parse as inf and be stored, then served as `Infinity`: not JSON.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a JSON number")
+    return value
+
+
 class _NoAliasLoader(yaml.SafeLoader):
     """YAML without anchors/aliases: an alias bomb must not expand into gigabytes."""
 
@@ -96,6 +105,17 @@ class _NoAliasLoader(yaml.SafeLoader):
                 None, None, "YAML aliases are not accepted", event.start_mark
             )
         return super().compose_node(parent, index)
+
+    def construct_finite_float(self, node: Any) -> float:
+        value: float = self.construct_yaml_float(node)
+        if not math.isfinite(value):  # .inf/.nan would be served as Infinity/NaN: not JSON
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} is not a finite number", node.start_mark
+            )
+        return value
+
+
+_NoAliasLoader.add_constructor("tag:yaml.org,2002:float", _NoAliasLoader.construct_finite_float)
 
 
 _BINARY_BODY_TYPES = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
@@ -111,7 +131,7 @@ def decode_body(body: bytes, content_type: str) -> Any:
     try:
         if ct in ("application/yaml", "application/apply-patch+yaml", "text/yaml"):
             return yaml.load(body.decode("utf-8"), Loader=_NoAliasLoader)
-        return json.loads(body, parse_constant=_reject_constant)
+        return json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise errors.bad_request(f"the request body is not valid JSON or YAML: {text}") from exc
