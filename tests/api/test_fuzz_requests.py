@@ -152,7 +152,14 @@ GIZMO_CRD: dict[str, Any] = {
                         "properties": {
                             "spec": {
                                 "type": "object",
-                                "properties": {"size": {"type": "integer", "maximum": 10}},
+                                "properties": {
+                                    "size": {"type": "integer", "maximum": 10},
+                                    "ratio": {"type": "number"},
+                                    "extra": {
+                                        "type": "object",
+                                        "x-kubernetes-preserve-unknown-fields": True,
+                                    },
+                                },
                             }
                         },
                     }
@@ -409,7 +416,7 @@ def bad_create(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
         else:
             set_dotted(body, field, value)
     elif how == "nan":
-        literal = draw(st.sampled_from(["NaN", "Infinity", "-Infinity"]))
+        literal = draw(st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-1e400"]))
         text = json.dumps(body)[:-1] + f', "x": {literal}}}'
         return path, {"content": text.encode(), "headers": headers}
     elif how == "namespace":
@@ -844,6 +851,46 @@ def test_server_side_apply_bodies(live: Live, target: str, text: str) -> None:
         params={"fieldManager": "fuzz"},
         content=text.encode(),
         headers={"content-type": "application/apply-patch+yaml"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("content_type", "text"),
+    [
+        ("application/json", '{"spec": {"ratio": 1e999}}'),
+        ("application/json", '{"spec": {"extra": {"x": [-1e400]}}}'),
+        ("application/json", '{"spec": {"extra": {"x": NaN}}}'),
+        ("application/yaml", "spec:\n  ratio: .inf\n"),
+        ("application/yaml", "spec:\n  extra: {x: .nan}\n"),
+        ("application/yaml", "spec:\n  extra: {x: [-.Inf]}\n"),
+    ],
+)
+def test_non_finite_numbers_are_refused(live: Live, content_type: str, text: str) -> None:
+    # They would be stored and then served as NaN/Infinity, which no JSON client can read.
+    head = {"apiVersion": "example.com/v1", "kind": "Gizmo", "metadata": {"name": "nonfinite"}}
+    if content_type == "application/json":
+        body = json.dumps(head)[:-1] + ", " + text[1:]
+    else:
+        body = yaml.safe_dump(head) + text
+    must_fail(
+        live,
+        "POST",
+        COLLECTIONS[4][0],
+        content=body.encode(),
+        headers={"content-type": content_type},
+    )
+    if content_type == "application/json":
+        patch, patch_type = text, "application/merge-patch+json"
+    else:
+        head["metadata"]["name"] = "g"
+        patch, patch_type = yaml.safe_dump(head) + text, "application/apply-patch+yaml"
+    must_fail(
+        live,
+        "PATCH",
+        OBJECTS[2],
+        content=patch.encode(),
+        headers={"content-type": patch_type},
+        params={"fieldManager": "fuzz"},
     )
 
 
