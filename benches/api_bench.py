@@ -51,8 +51,9 @@ limit), "oth %" = the CPU everything else on the machine used meanwhile (/proc/s
 small, that phase was disturbed. Before each phase the driver waits (up to `--quiet-wait` s)
 until the machine is at most 25 % busy. Nothing is asserted: this is a measurement.
 
-`--profile S:PHASE` (e.g. 1:list) runs `py-spy record --gil` on the leader (server 0 of a
-1-server cluster) during that phase and prints the top functions by self and inclusive samples.
+`--profile S:PHASE[,...]` (e.g. 1:list,3:create) runs `py-spy record --gil` on the leader during
+each such phase and prints the top functions by self and inclusive samples (profiling slows the
+server: those phases' figures are not comparable).
 
 Output: a table per cluster size, then one JSON line
 `{"bench": "api", ..., "servers": {"1": {"create": {...}, ...}, "3": {...}}}`.
@@ -488,7 +489,7 @@ class _Bench:
         return wait_quiet(self.args.quiet_wait) if self.args.quiet_wait > 0 else 0.0
 
     def _spy_for(self, phase: str) -> _Spy | None:
-        if self.args.profile != (self.n, phase):
+        if (self.n, phase) not in self.args.profile:
             return None
         out = str(self.root / f"py-spy-{self.n}-{phase}.txt")
         return _Spy(self.pids[self.leader], out, self.args.py_spy_args.split())
@@ -715,7 +716,9 @@ def main() -> int:
     ap.add_argument("--watch-writers", type=int, default=4, help="writer threads (driver)")
     ap.add_argument("--quick", action="store_true", help="a tiny smoke run (seconds)")
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
-    ap.add_argument("--profile", metavar="S:PHASE", help="py-spy the leader of S servers")
+    ap.add_argument(
+        "--profile", metavar="S:PHASE[,...]", help="py-spy the leader of S servers in PHASE"
+    )
     ap.add_argument("--py-spy-args", default="--gil", help="extra py-spy record options")
     ap.add_argument(
         "--quiet-wait",
@@ -732,13 +735,15 @@ def main() -> int:
         args.watchers, args.watch_events, args.watch_writers = 10, 20, 2
         args.quiet_wait = 0.0
     sizes = [int(x) for x in args.servers.split(",") if x]
-    if args.profile:
-        s, _, phase = args.profile.partition(":")
-        if phase not in PHASES:
-            ap.error(f"--profile S:PHASE, PHASE one of {', '.join(PHASES)}")
-        if shutil.which("py-spy") is None:
-            ap.error("--profile needs py-spy (pip install py-spy)")
-        args.profile = (int(s), phase)
+    points = set()
+    for point in filter(None, (args.profile or "").split(",")):
+        s, _, phase = point.partition(":")
+        if phase not in PHASES or not s.isdigit():
+            ap.error(f"--profile S:PHASE[,...], PHASE one of {', '.join(PHASES)}")
+        points.add((int(s), phase))
+    if points and shutil.which("py-spy") is None:
+        ap.error("--profile needs py-spy (pip install py-spy)")
+    args.profile = points
     if args.creates < 1 or args.list_size < 1 or args.watchers < 1 or args.watch_events < 1:
         ap.error("counts must be at least 1")
 
