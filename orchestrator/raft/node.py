@@ -104,6 +104,11 @@ class ReadAborted(RaftError):
     """Leadership changed before the read point was confirmed; retry."""
 
 
+class Deposed(RaftError):
+    """A fenced proposal (`submit(..., fence_term=T)`) found this server no longer the leader
+    of term T: it was neither appended nor forwarded. Not retryable in term T."""
+
+
 def parse_addr(text: str) -> Address:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
@@ -227,6 +232,7 @@ class RaftNode:
         self._sm_applied = 0
         self._db_bytes = 0
         self.leader_changes = 0
+        self._role_changed = trio.Event()  # set (and replaced) when role, leader or term change
 
     # ------------------------------------------------------------------ public API
     @property
@@ -247,12 +253,19 @@ class RaftNode:
         """Replicate one command; returns the state machine's result once applied here."""
         return await self._request("propose", data)
 
-    def submit(self, data: bytes) -> _Waiter:
+    def submit(self, data: bytes, *, fence_term: int | None = None) -> _Waiter:
         """`propose` without waiting: queue the command and return its waiter (`await
         waiter.wait()` gives the result or raises). The caller may `fail()` the waiter itself,
-        e.g. at a deadline: that only stops the wait, not the proposal, as cancelling would."""
+        e.g. at a deadline: that only stops the wait, not the proposal, as cancelling would.
+
+        With `fence_term=T` the command is appended only if, when the loop takes it, this server
+        is the leader of term T (so its entry carries term T); otherwise the waiter fails with
+        `Deposed` and the command is never forwarded to another leader."""
         w = _Waiter()
-        self._requests.append(("propose", data, w))
+        if fence_term is None:
+            self._requests.append(("propose", data, w))
+        else:
+            self._requests.append(("fenced", (data, fence_term), w))
         self._wake.set()
         return w
 
@@ -265,6 +278,14 @@ class RaftNode:
 
     async def transfer_leadership(self, target: NodeId) -> None:
         await self._request("transfer", target)
+
+    def leadership(self) -> tuple[bool, int]:
+        """(this server is the leader, its current term)."""
+        return self.core.role is Role.LEADER, self.core.term
+
+    async def wait_role_change(self) -> None:
+        """Return after the next change of role, leader or term (check `leadership()`)."""
+        await self._role_changed.wait()
 
     async def wait_leader(self) -> NodeId:
         while self.core.lead == NONE:
@@ -405,6 +426,12 @@ class RaftNode:
         rids: list[int] = []
         for kind, arg, w in requests:
             try:
+                if kind == "fenced":
+                    arg, term = arg
+                    if core.role is not Role.LEADER or core.term != term:
+                        w.fail(Deposed(f"not the leader of term {term} (term {core.term})"))
+                        continue
+                    kind = "propose"  # appended below, in this same turn: its entry has `term`
                 if kind == "propose":
                     rid = next(self._rid)
                     batch.append(_ENVELOPE.pack(self.id, rid) + arg)
@@ -668,6 +695,8 @@ class RaftNode:
             for w in self._reads.values():
                 w.fail(ReadAborted("leadership changed; retry the read"))
             self._reads.clear()
+        self._role_changed.set()
+        self._role_changed = trio.Event()
         prev = self.core.prev_ss
         if ss.leader != prev.leader:
             self.leader_changes += 1

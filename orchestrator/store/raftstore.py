@@ -26,8 +26,17 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..raft.node import Busy, NotLeader, OutcomeUnknown, ProposalLost, RaftNode, ReadAborted
+from ..raft.node import (
+    Busy,
+    Deposed,
+    NotLeader,
+    OutcomeUnknown,
+    ProposalLost,
+    RaftNode,
+    ReadAborted,
+)
 from .api import ListResult, decode_continue, encode_continue
+from .fencing import Fenced, current_fence
 from .mvcc import MVCCStore
 from .types import (
     Compare,
@@ -206,8 +215,9 @@ class RaftStore:
         only the wait ends, and the outcome is reported unknown."""
         deadline = trio.current_time() + self.quorum_timeout
         delay = 0.01
+        fence = current_fence()  # see store/fencing.py: checked again on every retry
         while True:
-            waiter = self.node.submit(command)
+            waiter = self.node.submit(command, fence_term=fence)
             item: list[Any] = [deadline, next(self._deadline_seq), waiter]
             heapq.heappush(self._deadlines, item)
             if deadline + 0.01 < self._sweep.deadline:
@@ -219,6 +229,8 @@ class RaftStore:
                 pass  # certainly no effect: retry (a leader may be elected meanwhile)
             except OutcomeUnknown as exc:
                 raise NoQuorum(f"{what}: {exc}") from exc
+            except Deposed as exc:
+                raise Fenced(f"{what} refused (fenced): {exc}") from None
             except _Expired:
                 raise self._no_quorum(what) from None
             finally:
