@@ -1,0 +1,543 @@
+"""The client controllers use: one `Client` protocol, two transports, one error type.
+
+Theory of operation
+-------------------
+Controllers program against `Client` (objects are plain dicts, resources are named by
+`orchestrator.client.ResourceInfo`, the same value the CLI's `RestClient` and discovery use, so
+the well-known ones — `PODS`, `NODES`, `DEPLOYMENTS`... and `CONFIGMAPS`, `EVENTS` below — need
+no discovery round trip). Two implementations:
+
+* `InProcessClient(api, user)` calls `orchestrator.api.resources.Api` directly: no HTTP, no
+  JSON, but every call still goes through authorization, admission and validation because `Api`
+  does them. Each call builds a fresh `Call(user, WriteOptions(...))`. Inputs are deep-copied, so
+  a controller's dicts are never aliased by the server (as if they had crossed a wire). With
+  `fence_term=T` every write is fenced to Raft term T (see `orchestrator.store.fencing`): once
+  this server is no longer the leader of term T, writes fail with a 503 instead of landing.
+* `HttpClient(rest)` speaks HTTPS through an entered `orchestrator.client.RestClient`.
+
+Both raise `orchestrator.api.errors.ApiError` for every failure (the HTTP transport converts
+Status bodies; an unreachable server is a 503 ServiceUnavailable), so controllers handle one
+type: `exc.code == 404`, `409`, `410`...
+
+`watch(...)` is an async context manager yielding an async iterator of `(type, obj)`; types are
+ADDED, MODIFIED, DELETED and BOOKMARK. An in-stream ERROR event (e.g. 410 Expired after a
+compaction) raises `ApiError`; a clean end of the stream ends the iteration (re-watch from the
+last resourceVersion). `timeout_seconds` ends the stream cleanly after that long.
+
+Namespaces: "" means "all namespaces" for `list`/`watch` of a namespaced resource and "no
+namespace" for cluster-scoped ones; `get`/`delete`/`patch` of a namespaced object need one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
+from typing import Any, Protocol
+from urllib.parse import urlencode
+
+import trio
+
+from ...api.auth.authn import User
+from ...api.errors import ApiError
+from ...api.request import Query, WriteOptions
+from ...api.resources import Api, Call
+from ...api.watch import open_watch
+from ...client import APPLY_PATCH, MERGE_PATCH, ApiConnectionError, ApiException, ResourceInfo
+from ...client.resource import DEPLOYMENTS, EVENTS, NAMESPACES, NODES, PODS, REPLICASETS
+from ...client.rest import RestClient
+from ...store.fencing import fenced
+
+__all__ = [
+    "CONFIGMAPS",
+    "DEPLOYMENTS",
+    "EVENTS",
+    "NAMESPACES",
+    "NODES",
+    "PODS",
+    "REPLICASETS",
+    "Client",
+    "HttpClient",
+    "InProcessClient",
+    "Obj",
+    "WatchEvent",
+    "WatchStream",
+]
+
+Obj = dict[str, Any]
+WatchEvent = tuple[str, Obj]
+WatchStream = AbstractAsyncContextManager[AsyncIterator[WatchEvent]]
+
+CONFIGMAPS = ResourceInfo("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",))
+DEFAULT_FIELD_MANAGER = "orchestrator-controller-manager"
+
+
+class Client(Protocol):
+    """What controllers may do to the API. Every method raises `ApiError` on failure."""
+
+    async def get(self, res: ResourceInfo, name: str, namespace: str = "") -> Obj: ...
+
+    async def list(
+        self,
+        res: ResourceInfo,
+        namespace: str = "",
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+        resource_version: str = "",
+    ) -> Obj:
+        """The `...List` dict: `items`, `metadata.resourceVersion`, `metadata.continue`."""
+        ...
+
+    async def create(self, res: ResourceInfo, body: Obj, namespace: str = "") -> Obj:
+        """Namespace defaults to the body's."""
+        ...
+
+    async def update(self, res: ResourceInfo, body: Obj, *, subresource: str = "") -> Obj:
+        """PUT `body` (name and namespace from its metadata; conditional on its
+        resourceVersion when set). `subresource` is "" or "status"."""
+        ...
+
+    async def patch(
+        self,
+        res: ResourceInfo,
+        name: str,
+        body: Any,
+        namespace: str = "",
+        *,
+        content_type: str = MERGE_PATCH,
+        subresource: str = "",
+    ) -> Obj: ...
+
+    async def apply(
+        self, res: ResourceInfo, body: Obj, *, force: bool = False, subresource: str = ""
+    ) -> Obj:
+        """Server-side apply of `body` (name/namespace from its metadata) as this client's
+        field manager."""
+        ...
+
+    async def delete(
+        self,
+        res: ResourceInfo,
+        name: str,
+        namespace: str = "",
+        *,
+        propagation_policy: str | None = None,
+        preconditions: Obj | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> Obj:
+        """Returns the deleted object, or the object marked for deletion."""
+        ...
+
+    async def bind(self, pod: Obj, node: str) -> None:
+        """Bind `pod` (its namespace/name/uid) to `node` (pods/binding)."""
+        ...
+
+    def watch(
+        self,
+        res: ResourceInfo,
+        namespace: str = "",
+        *,
+        resource_version: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        timeout_seconds: float | None = None,
+        allow_bookmarks: bool = False,
+    ) -> WatchStream: ...
+
+
+def _meta(body: Obj) -> Obj:
+    meta = body.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _delete_options(
+    propagation_policy: str | None, preconditions: Obj | None, grace_period_seconds: int | None
+) -> Obj:
+    opts: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+    if propagation_policy:
+        opts["propagationPolicy"] = propagation_policy
+    if preconditions:
+        opts["preconditions"] = dict(preconditions)
+    if grace_period_seconds is not None:
+        opts["gracePeriodSeconds"] = grace_period_seconds
+    return opts
+
+
+def _binding(pod: Obj, node: str) -> Obj:
+    meta = _meta(pod)
+    binding_meta: Obj = {"name": meta.get("name", ""), "namespace": meta.get("namespace", "")}
+    if meta.get("uid"):
+        binding_meta["uid"] = meta["uid"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": binding_meta,
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+def _watch_error(obj: Obj) -> ApiError:
+    code, details = obj.get("code"), obj.get("details")
+    return ApiError(
+        code if isinstance(code, int) and code else 500,
+        str(obj.get("reason") or "InternalError"),
+        str(obj.get("message") or "watch error"),
+        details if isinstance(details, dict) else {},
+    )
+
+
+# ---------------------------------------------------------------------------------- in-process
+class InProcessClient:
+    """`Client` over `Api` in this process (see the module doc). `fence_term`: fence writes."""
+
+    def __init__(
+        self,
+        api: Api,
+        user: User,
+        *,
+        field_manager: str = DEFAULT_FIELD_MANAGER,
+        fence_term: int | None = None,
+    ) -> None:
+        self.api = api
+        self.user = user
+        self.field_manager = field_manager
+        self.fence_term = fence_term
+
+    def _call(self, *, force: bool = False) -> Call:
+        return Call(self.user, WriteOptions(False, self.field_manager, "Strict", force))
+
+    def _kind(self, res: ResourceInfo) -> Any:
+        return self.api.kind(res.group, res.version, res.plural)
+
+    async def get(self, res: ResourceInfo, name: str, namespace: str = "") -> Obj:
+        return await self.api.get(self._call(), self._kind(res), namespace, name)
+
+    async def list(
+        self,
+        res: ResourceInfo,
+        namespace: str = "",
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+        resource_version: str = "",
+    ) -> Obj:
+        query = _query(
+            labelSelector=label_selector,
+            fieldSelector=field_selector,
+            limit=str(limit) if limit else "",
+            resourceVersion=resource_version,
+            **{"continue": continue_token},
+        )
+        return await self.api.list_objects(self._call(), self._kind(res), namespace, query)
+
+    async def create(self, res: ResourceInfo, body: Obj, namespace: str = "") -> Obj:
+        ns = namespace or str(_meta(body).get("namespace") or "")
+        with fenced(self.fence_term):
+            return await self.api.create(self._call(), self._kind(res), ns, copy.deepcopy(body))
+
+    async def update(self, res: ResourceInfo, body: Obj, *, subresource: str = "") -> Obj:
+        meta = _meta(body)
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        with fenced(self.fence_term):
+            obj, _ = await self.api.update(
+                self._call(), self._kind(res), ns, name, copy.deepcopy(body), subresource
+            )
+        return obj
+
+    async def patch(
+        self,
+        res: ResourceInfo,
+        name: str,
+        body: Any,
+        namespace: str = "",
+        *,
+        content_type: str = MERGE_PATCH,
+        subresource: str = "",
+    ) -> Obj:
+        with fenced(self.fence_term):
+            obj, _ = await self.api.patch(
+                self._call(),
+                self._kind(res),
+                namespace,
+                name,
+                content_type,
+                copy.deepcopy(body),
+                subresource,
+            )
+        return obj
+
+    async def apply(
+        self, res: ResourceInfo, body: Obj, *, force: bool = False, subresource: str = ""
+    ) -> Obj:
+        meta = _meta(body)
+        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        with fenced(self.fence_term):
+            obj, _ = await self.api.patch(
+                self._call(force=force),
+                self._kind(res),
+                ns,
+                name,
+                APPLY_PATCH,
+                copy.deepcopy(body),
+                subresource,
+            )
+        return obj
+
+    async def delete(
+        self,
+        res: ResourceInfo,
+        name: str,
+        namespace: str = "",
+        *,
+        propagation_policy: str | None = None,
+        preconditions: Obj | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> Obj:
+        opts = _delete_options(propagation_policy, preconditions, grace_period_seconds)
+        with fenced(self.fence_term):
+            obj, _code = await self.api.delete(self._call(), self._kind(res), namespace, name, opts)
+        return obj
+
+    async def bind(self, pod: Obj, node: str) -> None:
+        meta = _meta(pod)
+        kind = self._kind(PODS)
+        with fenced(self.fence_term):
+            await self.api.bind(
+                self._call(),
+                kind,
+                str(meta.get("namespace") or ""),
+                str(meta.get("name") or ""),
+                _binding(pod, node),
+            )
+
+    @asynccontextmanager
+    async def watch(
+        self,
+        res: ResourceInfo,
+        namespace: str = "",
+        *,
+        resource_version: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        timeout_seconds: float | None = None,
+        allow_bookmarks: bool = False,
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        query = _query(
+            labelSelector=label_selector,
+            fieldSelector=field_selector,
+            resourceVersion=resource_version,
+            allowWatchBookmarks="true" if allow_bookmarks else "",
+        )
+        stream = await open_watch(self.api, self._call(), self._kind(res), namespace, query)
+        deadline = (
+            trio.current_time() + timeout_seconds if timeout_seconds is not None else float("inf")
+        )
+        # open_watch returns an async generator; close it (and its store watcher) on exit.
+        async with (
+            aclosing(stream) as raw,  # type: ignore[type-var]  # an async generator in fact
+            aclosing(_in_process_events(raw, deadline)) as events,
+        ):
+            yield events
+
+
+async def _in_process_events(
+    raw: AsyncIterator[Obj], deadline: float
+) -> AsyncGenerator[WatchEvent, None]:
+    it = raw.__aiter__()
+    while True:
+        # The cancel scope covers only the wait, never a yield (trio forbids that in generators).
+        with trio.move_on_at(deadline):
+            try:
+                ev = await it.__anext__()
+            except StopAsyncIteration:
+                return
+        if trio.current_time() >= deadline:
+            return
+        etype = str(ev.get("type", ""))
+        obj = ev.get("object") or {}
+        if etype == "ERROR":
+            raise _watch_error(obj)
+        yield etype, obj
+
+
+def _query(**params: str) -> Query:
+    return Query(urlencode({k: v for k, v in params.items() if v}))
+
+
+# ---------------------------------------------------------------------------------- HTTP
+def _api_error(exc: ApiException | ApiConnectionError) -> ApiError:
+    if isinstance(exc, ApiConnectionError):
+        return ApiError(503, "ServiceUnavailable", str(exc))
+    details = exc.details
+    return ApiError(exc.code, exc.reason, exc.message, dict(details))
+
+
+class HttpClient:
+    """`Client` over HTTPS through an entered `RestClient` (the caller owns its lifetime)."""
+
+    def __init__(self, rest: RestClient, *, field_manager: str = DEFAULT_FIELD_MANAGER) -> None:
+        self.rest = rest
+        self.field_manager = field_manager
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> Any:
+        try:
+            return await self.rest.request(
+                method, path, params=params, body=body, content_type=content_type
+            )
+        except (ApiException, ApiConnectionError) as exc:
+            raise _api_error(exc) from exc
+
+    @staticmethod
+    def _path(res: ResourceInfo, namespace: str, name: str | None = None, sub: str = "") -> str:
+        return res.path(namespace or None, name, sub or None)
+
+    def _write_params(self, **extra: Any) -> dict[str, Any]:
+        return {"fieldManager": self.field_manager, "fieldValidation": "Strict", **extra}
+
+    async def get(self, res: ResourceInfo, name: str, namespace: str = "") -> Obj:
+        result: Obj = await self._request("GET", self._path(res, namespace, name))
+        return result
+
+    async def list(
+        self,
+        res: ResourceInfo,
+        namespace: str = "",
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_token: str = "",
+        resource_version: str = "",
+    ) -> Obj:
+        params = {
+            "labelSelector": label_selector or None,
+            "fieldSelector": field_selector or None,
+            "limit": limit or None,
+            "continue": continue_token or None,
+            "resourceVersion": resource_version or None,
+        }
+        result: Obj = await self._request("GET", self._path(res, namespace), params=params)
+        return result
+
+    async def create(self, res: ResourceInfo, body: Obj, namespace: str = "") -> Obj:
+        ns = namespace or str(_meta(body).get("namespace") or "")
+        result: Obj = await self._request(
+            "POST", self._path(res, ns), params=self._write_params(), body=body
+        )
+        return result
+
+    async def update(self, res: ResourceInfo, body: Obj, *, subresource: str = "") -> Obj:
+        meta = _meta(body)
+        path = self._path(
+            res, str(meta.get("namespace") or ""), str(meta.get("name") or ""), subresource
+        )
+        result: Obj = await self._request("PUT", path, params=self._write_params(), body=body)
+        return result
+
+    async def patch(
+        self,
+        res: ResourceInfo,
+        name: str,
+        body: Any,
+        namespace: str = "",
+        *,
+        content_type: str = MERGE_PATCH,
+        subresource: str = "",
+    ) -> Obj:
+        result: Obj = await self._request(
+            "PATCH",
+            self._path(res, namespace, name, subresource),
+            params=self._write_params(),
+            body=body,
+            content_type=content_type,
+        )
+        return result
+
+    async def apply(
+        self, res: ResourceInfo, body: Obj, *, force: bool = False, subresource: str = ""
+    ) -> Obj:
+        meta = _meta(body)
+        path = self._path(
+            res, str(meta.get("namespace") or ""), str(meta.get("name") or ""), subresource
+        )
+        params = self._write_params(force=True if force else None)
+        result: Obj = await self._request(
+            "PATCH", path, params=params, body=body, content_type=APPLY_PATCH
+        )
+        return result
+
+    async def delete(
+        self,
+        res: ResourceInfo,
+        name: str,
+        namespace: str = "",
+        *,
+        propagation_policy: str | None = None,
+        preconditions: Obj | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> Obj:
+        opts = _delete_options(propagation_policy, preconditions, grace_period_seconds)
+        result: Obj = await self._request("DELETE", self._path(res, namespace, name), body=opts)
+        return result
+
+    async def bind(self, pod: Obj, node: str) -> None:
+        meta = _meta(pod)
+        path = self._path(
+            PODS, str(meta.get("namespace") or ""), str(meta.get("name") or ""), "binding"
+        )
+        await self._request("POST", path, body=_binding(pod, node))
+
+    @asynccontextmanager
+    async def watch(
+        self,
+        res: ResourceInfo,
+        namespace: str = "",
+        *,
+        resource_version: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        timeout_seconds: float | None = None,
+        allow_bookmarks: bool = False,
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        try:
+            async with (
+                self.rest.watch(
+                    res,
+                    namespace or None,
+                    all_namespaces=not namespace,
+                    resource_version=resource_version or None,
+                    label_selector=label_selector or None,
+                    field_selector=field_selector or None,
+                    timeout_seconds=max(1, round(timeout_seconds)) if timeout_seconds else None,
+                    allow_bookmarks=allow_bookmarks,
+                ) as raw,
+                aclosing(_http_events(raw)) as events,
+            ):
+                yield events
+        except (ApiException, ApiConnectionError) as exc:
+            raise _api_error(exc) from exc
+
+
+async def _http_events(raw: AsyncIterator[WatchEvent]) -> AsyncGenerator[WatchEvent, None]:
+    it = raw.__aiter__()
+    while True:
+        try:
+            ev = await it.__anext__()
+        except StopAsyncIteration:
+            return
+        except (ApiException, ApiConnectionError) as exc:
+            raise _api_error(exc) from exc
+        yield ev
