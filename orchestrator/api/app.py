@@ -3,7 +3,8 @@
 Order per request: probes and /version (anonymous) -> authentication (401) -> discovery and
 OpenAPI (any authenticated user) -> resource requests (`request.parse_path`) dispatched on verb
 and subresource to `Api`. Bodies are read with a hard limit (3 MiB, 413 beyond) and decoded as
-JSON (or YAML for apply and `application/yaml`): malformed input is a 400 Status.
+JSON (or YAML for apply and `application/yaml`, or Kubernetes protobuf for the typed
+clients of kubectl's generators, see `protobuf`): malformed input is a 400 Status.
 
 Invariants: every response is JSON with a Content-Type; every failure is a metav1.Status
 (`errors.ApiError`); no exception escapes to hypercorn — an unexpected one is logged and answered
@@ -25,7 +26,7 @@ from typing import Any, Protocol
 import trio
 import yaml
 
-from . import discovery, errors, tables
+from . import discovery, errors, protobuf, tables
 from .auth.authn import User
 from .errors import ApiError
 from .request import Query, RequestInfo, WriteOptions, parse_path
@@ -125,8 +126,9 @@ def decode_body(body: bytes, content_type: str) -> Any:
     if not body:
         return None
     ct = content_type.split(";")[0].strip().lower()
+    if ct == protobuf.MEDIA_TYPE:  # typed clients (kubectl's generators) send only protobuf
+        return protobuf.decode(body)
     if ct in _BINARY_BODY_TYPES:
-        # Typed clients (e.g. `kubectl create namespace`) send protobuf; say so, not "bad JSON".
         raise errors.unsupported_media_type(ct, "application/json, application/yaml")
     try:
         if ct in ("application/yaml", "application/apply-patch+yaml", "text/yaml"):
@@ -320,6 +322,8 @@ class ApiApp:
                 if timeout and timeout > 0
                 else WATCH_TIMEOUT * (1 + self.rng.random()),
             )
+        if verb == "patch" and content_type.lower() == protobuf.MEDIA_TYPE:
+            raise errors.unsupported_media_type(content_type)  # no protobuf patch type exists
         body = decode_body(raw, content_type)
         if verb == "create":
             if sub == "binding":
