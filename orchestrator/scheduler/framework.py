@@ -1,0 +1,560 @@
+"""Filter and score plugins, and `schedule_one`: pick a node for one pod.
+
+Theory of operation (upstream's scheduling cycle, without preemption, run synchronously):
+
+1. **Prepare.** The pod is parsed once into a `PodInfo`. Each filter plugin's `prepare(pod)`
+   returns a per-node check specialised for this pod, or None when it has nothing to check
+   (no host ports → no port check; no selector or affinity → no affinity check). This plays
+   upstream's PreFilter role, and keeps the per-node work to the checks that matter.
+2. **Filter.** Nodes are visited from `cache.next_start_index`, wrapping around. A node is
+   feasible when every check returns `()`; the first check that fails records its reasons for the
+   node (reasons are upstream's strings, e.g. "Insufficient cpu"). The search stops once
+   `num_feasible_nodes_to_find(n)` feasible nodes are found: all nodes below 100, else
+   `percentage_of_nodes_to_score` of them (adaptive by default: `max(5, 50 - n/125)` %, at least
+   100 nodes). The start index then advances past the nodes visited, so successive pods look at
+   different nodes first.
+3. **Score.** With one feasible node there is nothing to compare. Otherwise each score plugin
+   returns, for the feasible nodes in order, integers already normalised to 0..100 (or None when
+   it cannot tell them apart for this pod, which skips it); the framework adds them up weighted.
+4. **Select.** The highest total wins; ties are broken uniformly at random with the caller's RNG,
+   so a seeded `random.Random` makes decisions reproducible.
+
+Default plugins, in upstream order and weights: filters NodeReady (not upstream: a node whose
+Ready condition is not True is skipped unless the pod tolerates the not-ready taint),
+NodeUnschedulable, NodeName, TaintToleration, NodeAffinity (nodeSelector + required terms),
+NodePorts, NodeResourcesFit; scores TaintToleration (3, fewer untolerated PreferNoSchedule
+taints), NodeAffinity (2, preferred terms), OwnerSpread (2, fewer pods of the same controller on
+the node and in its zone, as upstream's SelectorSpread), NodeResourcesFit (1, LeastAllocated),
+NodeResourcesBalancedAllocation (1).
+
+Cost per pod: O(visited nodes * relevant checks) for filtering and O(feasible nodes * score
+plugins) for scoring, all on precomputed numbers; nothing iterates over the cluster's pods.
+
+`Decision.message` is the FailedScheduling text, built like upstream's `FitError`:
+"0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node
+affinity/selector." (reason counts sorted as strings, then joined).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from .cache import SchedulerCache
+from .info import NodeInfo, PodInfo, Toleration, tolerates
+
+__all__ = [
+    "DEFAULT_FILTERS",
+    "DEFAULT_FRAMEWORK",
+    "DEFAULT_SCORES",
+    "BalancedAllocation",
+    "Decision",
+    "FilterPlugin",
+    "Framework",
+    "LeastAllocated",
+    "NodeAffinity",
+    "NodeAffinityScore",
+    "NodeCheck",
+    "NodeName",
+    "NodePorts",
+    "NodeReady",
+    "NodeResourcesFit",
+    "NodeUnschedulable",
+    "OwnerSpread",
+    "ScorePlugin",
+    "TaintToleration",
+    "TaintTolerationScore",
+    "failure_message",
+    "num_feasible_nodes_to_find",
+    "schedule_one",
+]
+
+Obj = Mapping[str, Any]
+Reasons = tuple[str, ...]
+NodeCheck = Callable[[NodeInfo], Reasons]
+"""A filter specialised for one pod: `()` when the node passes, else the reasons it fails."""
+
+MAX_NODE_SCORE: Final = 100
+MIN_FEASIBLE_NODES_TO_FIND: Final = 100
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: Final = 5
+BASE_PERCENTAGE_OF_NODES_TO_SCORE: Final = 50
+
+ERR_NOT_READY: Final = "node(s) were not ready"
+ERR_UNSCHEDULABLE: Final = "node(s) were unschedulable"
+ERR_NODE_NAME: Final = "node(s) didn't match the requested node name"
+ERR_AFFINITY: Final = "node(s) didn't match Pod's node affinity/selector"
+ERR_PORTS: Final = "node(s) didn't have free ports for the requested pod ports"
+ERR_TOO_MANY_PODS: Final = "Too many pods"
+ERR_NO_NODES: Final = "no nodes available to schedule pods"
+
+_OK: Final[Reasons] = ()
+_NOT_READY: Final = (ERR_NOT_READY,)
+_UNSCHEDULABLE: Final = (ERR_UNSCHEDULABLE,)
+_NODE_NAME: Final = (ERR_NODE_NAME,)
+_AFFINITY: Final = (ERR_AFFINITY,)
+_PORTS: Final = (ERR_PORTS,)
+
+
+class FilterPlugin(Protocol):
+    """A hard constraint. `prepare` returns the per-node check for `pod`, or None to skip."""
+
+    @property
+    def name(self) -> str: ...
+
+    def prepare(self, pod: PodInfo) -> NodeCheck | None: ...
+
+
+class ScorePlugin(Protocol):
+    """A preference. `score` returns one 0..100 integer per node, in order, or None when every
+    node would score the same for this pod (the plugin is then skipped)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None: ...
+
+
+# --- filters -------------------------------------------------------------------------------------
+
+
+def _not_ready(node: NodeInfo) -> Reasons:
+    return _OK if node.ready else _NOT_READY
+
+
+def _cordoned(node: NodeInfo) -> Reasons:
+    return _UNSCHEDULABLE if node.unschedulable else _OK
+
+
+@dataclass(frozen=True)
+class NodeReady:
+    """Ready condition True, unless the pod tolerates `node.kubernetes.io/not-ready`."""
+
+    name: str = "NodeReady"
+
+    def prepare(self, pod: PodInfo) -> NodeCheck | None:
+        return None if pod.tolerates_not_ready else _not_ready
+
+
+@dataclass(frozen=True)
+class NodeUnschedulable:
+    """`spec.unschedulable` (cordon), unless the pod tolerates the unschedulable taint."""
+
+    name: str = "NodeUnschedulable"
+
+    def prepare(self, pod: PodInfo) -> NodeCheck | None:
+        return None if pod.tolerates_unschedulable else _cordoned
+
+
+@dataclass(frozen=True)
+class NodeName:
+    """`spec.nodeName`, when the pod names its node."""
+
+    name: str = "NodeName"
+
+    def prepare(self, pod: PodInfo) -> NodeCheck | None:
+        wanted = pod.node_name
+        if not wanted:
+            return None
+        return lambda node: _OK if node.name == wanted else _NODE_NAME
+
+
+def _taint_reason(key: str, value: str) -> Reasons:
+    return (f"node(s) had untolerated taint {{{key}: {value}}}",)
+
+
+@dataclass(frozen=True)
+class TaintToleration:
+    """Every NoSchedule/NoExecute taint on the node is tolerated by the pod."""
+
+    name: str = "TaintToleration"
+
+    def prepare(self, pod: PodInfo) -> NodeCheck | None:
+        tolerations = pod.tolerations
+        verdicts: dict[tuple[str, str, str], bool] = {}
+
+        def check(node: NodeInfo) -> Reasons:
+            for taint in node.hard_taints:
+                ok = verdicts.get(taint)
+                if ok is None:
+                    ok = verdicts[taint] = any(tolerates(t, *taint) for t in tolerations)
+                if not ok:
+                    return _taint_reason(taint[0], taint[1])
+            return _OK
+
+        return check
+
+
+@dataclass(frozen=True)
+class NodeAffinity:
+    """`spec.nodeSelector` and the required node affinity terms."""
+
+    name: str = "NodeAffinity"
+
+    def prepare(self, pod: PodInfo) -> NodeCheck | None:
+        match = pod.required
+        if match is None:
+            return None
+        return lambda node: _OK if match(node) else _AFFINITY
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    """Host ports the pod wants are free on the node."""
+
+    name: str = "NodePorts"
+
+    def prepare(self, pod: PodInfo) -> NodeCheck | None:
+        ports = pod.host_ports
+        if not ports:
+            return None
+        return lambda node: _PORTS if node.port_conflict(ports) else _OK
+
+
+_INSUFFICIENT = {name: (f"Insufficient {name}",) for name in ("cpu", "memory", "ephemeral-storage")}
+
+
+@dataclass(frozen=True)
+class NodeResourcesFit:
+    """Requests fit in allocatable minus what is already requested; one more pod fits."""
+
+    name: str = "NodeResourcesFit"
+
+    def prepare(self, pod: PodInfo) -> NodeCheck:
+        cpu, memory, ephemeral, scalar = pod.cpu, pod.memory, pod.ephemeral, pod.scalar
+
+        def slow(node: NodeInfo) -> Reasons:
+            reasons: list[str] = []
+            if node.pod_count + 1 > node.alloc_pods:
+                reasons.append(ERR_TOO_MANY_PODS)
+            if cpu and cpu > node.alloc_cpu - node.cpu:
+                reasons.append("Insufficient cpu")
+            if memory and memory > node.alloc_memory - node.memory:
+                reasons.append("Insufficient memory")
+            if ephemeral and ephemeral > node.alloc_ephemeral - node.ephemeral:
+                reasons.append("Insufficient ephemeral-storage")
+            for name, value in scalar.items():
+                if value > node.alloc_scalar.get(name, 0) - node.scalar.get(name, 0):
+                    reasons.append(f"Insufficient {name}")
+            return tuple(reasons)
+
+        if ephemeral or scalar or not cpu or not memory:
+            return slow
+        insufficient_cpu = _INSUFFICIENT["cpu"]
+        insufficient_memory = _INSUFFICIENT["memory"]
+
+        def fast(node: NodeInfo) -> Reasons:
+            # The common pod asks for cpu and memory only; a single failure needs no list.
+            if node.pod_count < node.alloc_pods:
+                cpu_ok = cpu <= node.alloc_cpu - node.cpu
+                if memory <= node.alloc_memory - node.memory:
+                    return _OK if cpu_ok else insufficient_cpu
+                if cpu_ok:
+                    return insufficient_memory
+            return slow(node)
+
+        return fast
+
+
+# --- scores --------------------------------------------------------------------------------------
+
+
+def _normalize(raw: list[int], *, reverse: bool = False) -> list[int] | None:
+    """Upstream's DefaultNormalizeScore; None when all raw scores are equal."""
+    high = max(raw)
+    if high == min(raw):
+        return None
+    if reverse:
+        return [MAX_NODE_SCORE - MAX_NODE_SCORE * s // high for s in raw]
+    return [MAX_NODE_SCORE * s // high for s in raw]
+
+
+def _tolerated(tolerations: Sequence[Toleration], taint: tuple[str, str, str]) -> bool:
+    return any(tolerates(t, *taint) for t in tolerations)
+
+
+@dataclass(frozen=True)
+class TaintTolerationScore:
+    """Fewer PreferNoSchedule taints the pod does not tolerate scores higher."""
+
+    name: str = "TaintToleration"
+
+    def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None:
+        if not any(node.soft_taints for node in nodes):
+            return None
+        tolerations = [t for t in pod.tolerations if t[3] in ("", "PreferNoSchedule")]
+        raw = [
+            sum(1 for taint in node.soft_taints if not _tolerated(tolerations, taint))
+            for node in nodes
+        ]
+        return _normalize(raw, reverse=True)
+
+
+@dataclass(frozen=True)
+class NodeAffinityScore:
+    """Sum of the weights of the preferred node affinity terms a node matches."""
+
+    name: str = "NodeAffinity"
+
+    def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None:
+        preferred = pod.preferred
+        if not preferred:
+            return None
+        raw = [sum(weight for weight, match in preferred if match(node)) for node in nodes]
+        return _normalize(raw)
+
+
+ZONE_WEIGHTING: Final = 2 / 3
+
+
+@dataclass(frozen=True)
+class OwnerSpread:
+    """Spread pods of one controller (the controller ownerReference) across nodes and zones.
+
+    As upstream's SelectorSpread: a node scores 100 * (max - count) / max over the feasible
+    nodes; when nodes carry a zone label, 2/3 of the score comes from the same formula over
+    per-zone counts."""
+
+    name: str = "OwnerSpread"
+
+    def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None:
+        owner = pod.owner
+        if owner is None:
+            return None
+        counts = [node.owners.get(owner, 0) for node in nodes]
+        high = max(counts)
+        zones: dict[str, int] = {}
+        for node, count in zip(nodes, counts, strict=True):
+            if node.zone is not None:
+                zones[node.zone] = zones.get(node.zone, 0) + count
+        if not zones:
+            if high == 0 or high == min(counts):
+                return None
+            return [MAX_NODE_SCORE * (high - c) // high for c in counts]
+        zone_high = max(zones.values())
+        out: list[int] = []
+        for node, count in zip(nodes, counts, strict=True):
+            score = MAX_NODE_SCORE * (high - count) / high if high else float(MAX_NODE_SCORE)
+            if node.zone is not None:
+                zone_count = zones[node.zone]
+                zone_score = (
+                    MAX_NODE_SCORE * (zone_high - zone_count) / zone_high
+                    if zone_high
+                    else float(MAX_NODE_SCORE)
+                )
+                score = score * (1 - ZONE_WEIGHTING) + ZONE_WEIGHTING * zone_score
+            out.append(int(score))
+        return out
+
+
+def _least(requested: int, capacity: int) -> int:
+    if capacity == 0 or requested > capacity:
+        return 0
+    return (capacity - requested) * MAX_NODE_SCORE // capacity
+
+
+@dataclass(frozen=True)
+class LeastAllocated:
+    """NodeResourcesFit's default score: the mean free fraction of CPU and memory after placing
+    the pod, counting a container without requests as 100m / 200Mi."""
+
+    name: str = "NodeResourcesFit"
+
+    def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None:
+        cpu, memory = pod.nonzero_cpu, pod.nonzero_memory
+        return [
+            (
+                _least(node.nonzero_cpu + cpu, node.alloc_cpu)
+                + _least(node.nonzero_memory + memory, node.alloc_memory)
+            )
+            // 2
+            for node in nodes
+        ]
+
+
+@dataclass(frozen=True)
+class BalancedAllocation:
+    """Prefer nodes whose CPU and memory fractions stay close after placing the pod
+    (100 * (1 - |cpu fraction - memory fraction| / 2)); skipped for best-effort pods."""
+
+    name: str = "NodeResourcesBalancedAllocation"
+
+    def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None:
+        if pod.best_effort:
+            return None
+        cpu, memory = pod.cpu, pod.memory
+        out: list[int] = []
+        for node in nodes:
+            fractions = []
+            if node.alloc_cpu:
+                fractions.append(min(1.0, (node.cpu + cpu) / node.alloc_cpu))
+            if node.alloc_memory:
+                fractions.append(min(1.0, (node.memory + memory) / node.alloc_memory))
+            std = abs(fractions[0] - fractions[1]) / 2 if len(fractions) == 2 else 0.0
+            out.append(int((1 - std) * MAX_NODE_SCORE))
+        return out
+
+
+DEFAULT_FILTERS: Final[tuple[FilterPlugin, ...]] = (
+    NodeReady(),
+    NodeUnschedulable(),
+    NodeName(),
+    TaintToleration(),
+    NodeAffinity(),
+    NodePorts(),
+    NodeResourcesFit(),
+)
+DEFAULT_SCORES: Final[tuple[tuple[ScorePlugin, int], ...]] = (
+    (TaintTolerationScore(), 3),
+    (NodeAffinityScore(), 2),
+    (OwnerSpread(), 2),
+    (LeastAllocated(), 1),
+    (BalancedAllocation(), 1),
+)
+
+
+# --- the cycle -----------------------------------------------------------------------------------
+
+
+def num_feasible_nodes_to_find(num_nodes: int, percentage: int | None = None) -> int:
+    """How many feasible nodes to look for before scoring (upstream's numFeasibleNodesToFind).
+
+    `percentage` None is adaptive: 50 % minus 1 % per 125 nodes, at least 5 %."""
+    if num_nodes < MIN_FEASIBLE_NODES_TO_FIND:
+        return num_nodes
+    if percentage is None:
+        percentage = max(
+            MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND,
+            BASE_PERCENTAGE_OF_NODES_TO_SCORE - num_nodes // 125,
+        )
+    if percentage >= 100:
+        return num_nodes
+    return max(MIN_FEASIBLE_NODES_TO_FIND, num_nodes * percentage // 100)
+
+
+def failure_message(num_nodes: int, reasons: Mapping[str, Reasons]) -> str:
+    """The FailedScheduling text: "0/N nodes are available: <count> <reason>, ...."."""
+    if num_nodes == 0:
+        return ERR_NO_NODES
+    histogram: dict[str, int] = {}
+    for node_reasons in reasons.values():
+        for reason in node_reasons:
+            histogram[reason] = histogram.get(reason, 0) + 1
+    message = f"0/{num_nodes} nodes are available:"
+    parts = sorted(f"{count} {reason}" for reason, count in histogram.items())
+    if parts:
+        message += f" {', '.join(parts)}."
+    return message
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one scheduling attempt.
+
+    `node` is the chosen node's name, or None when the pod fits nowhere (or is invalid: `error`
+    says why). `reasons` maps each node filtered out to why; `pod` is the parsed pod, to hand to
+    `SchedulerCache.assume` without parsing it again."""
+
+    node: str | None
+    reasons: Mapping[str, Reasons] = field(default_factory=dict)
+    num_nodes: int = 0
+    pod: PodInfo | None = None
+    error: str | None = None
+
+    @property
+    def message(self) -> str:
+        """For the Scheduled / FailedScheduling event and the PodScheduled condition."""
+        if self.error is not None:
+            return self.error
+        if self.node is not None:
+            who = f"{self.pod.namespace}/{self.pod.name}" if self.pod is not None else "pod"
+            return f"Successfully assigned {who} to {self.node}"
+        return failure_message(self.num_nodes, self.reasons)
+
+
+@dataclass(frozen=True)
+class Framework:
+    """A plugin configuration. Immutable: the only state of a scheduling cycle that outlives it
+    is `SchedulerCache.next_start_index`."""
+
+    filters: Sequence[FilterPlugin] = DEFAULT_FILTERS
+    scores: Sequence[tuple[ScorePlugin, int]] = DEFAULT_SCORES
+    percentage_of_nodes_to_score: int | None = None
+
+    def schedule_one(
+        self, pod: Obj | PodInfo, cache: SchedulerCache, rng: random.Random, now: float
+    ) -> Decision:
+        """Choose a node for `pod`. Expires stale assumptions first; does not assume."""
+        cache.expire(now)
+        nodes = cache.nodes()
+        if isinstance(pod, PodInfo):
+            info = pod
+        else:
+            try:
+                info = PodInfo.from_pod(pod)
+            except ValueError as exc:
+                return Decision(None, {}, len(nodes), None, str(exc))
+        if not nodes:
+            return Decision(None, {}, 0, info)
+        feasible, reasons = self._filter(info, cache, nodes)
+        if not feasible:
+            return Decision(None, reasons, len(nodes), info)
+        if len(feasible) == 1:
+            return Decision(feasible[0].name, reasons, len(nodes), info)
+        totals = self._score(info, feasible)
+        best = max(totals)
+        winners = [i for i, total in enumerate(totals) if total == best]
+        pick = winners[0] if len(winners) == 1 else winners[rng.randrange(len(winners))]
+        return Decision(feasible[pick].name, reasons, len(nodes), info)
+
+    def _filter(
+        self, pod: PodInfo, cache: SchedulerCache, nodes: list[NodeInfo]
+    ) -> tuple[list[NodeInfo], dict[str, Reasons]]:
+        count = len(nodes)
+        wanted = num_feasible_nodes_to_find(count, self.percentage_of_nodes_to_score)
+        start = cache.next_start_index % count
+        order = nodes[start:] + nodes[:start] if start else nodes
+        checks = [c for c in (f.prepare(pod) for f in self.filters) if c is not None]
+        feasible: list[NodeInfo] = []
+        reasons: dict[str, Reasons] = {}
+        visited = 0
+        for node in order:
+            visited += 1
+            for check in checks:
+                failed = check(node)
+                if failed:
+                    reasons[node.name] = failed
+                    break
+            else:
+                feasible.append(node)
+                if len(feasible) >= wanted:
+                    break
+        cache.next_start_index = (start + visited) % count
+        return feasible, reasons
+
+    def _score(self, pod: PodInfo, nodes: list[NodeInfo]) -> list[int]:
+        totals = [0] * len(nodes)
+        for plugin, weight in self.scores:
+            scores = plugin.score(pod, nodes)
+            if scores is None:
+                continue
+            if weight == 1:
+                totals = [t + s for t, s in zip(totals, scores, strict=True)]
+            else:
+                totals = [t + weight * s for t, s in zip(totals, scores, strict=True)]
+        return totals
+
+
+DEFAULT_FRAMEWORK: Final = Framework()
+
+
+def schedule_one(
+    pod: Obj | PodInfo,
+    cache: SchedulerCache,
+    rng: random.Random,
+    now: float,
+    framework: Framework = DEFAULT_FRAMEWORK,
+) -> Decision:
+    """`framework.schedule_one(pod, cache, rng, now)` with the default plugins."""
+    return framework.schedule_one(pod, cache, rng, now)
