@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ApiError, Cause, bad_request
+from .builders import NAME_KEY, QUANTITY_NAME
 from .names import quote
 
 Schema = dict[str, Any]
@@ -46,6 +47,10 @@ INT64 = (-(2**63), 2**63 - 1)
 _EMBEDDED_META = ("apiVersion", "kind", "metadata")
 _DATE_TIME = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
+)
+# apimachinery's quantity grammar (resource.ParseQuantity), as its error message states it.
+_QUANTITY = re.compile(
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?"
 )
 _DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 
@@ -260,6 +265,8 @@ class _Walker:
         return out
 
     def _int_or_string(self, s: Schema, v: Any, path: str) -> Any:
+        if s.get(NAME_KEY) == QUANTITY_NAME:
+            return self._quantity(v, path)
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         if isinstance(v, str):
@@ -270,6 +277,29 @@ class _Walker:
             self._type_error(path, v, "integer,string")
             return copy.deepcopy(v)
         self._enum(s, v, path)
+        return v
+
+    def _quantity(self, v: Any, path: str) -> Any:
+        """A resource quantity ("500m", "128Mi", "1e3", 2, 0.5), stored as a string like the
+        apiserver's canonical form; numbers are accepted as manifests write them."""
+        if isinstance(v, bool) or not isinstance(v, int | float | str):
+            self._type_error(path, v, "string")
+            return copy.deepcopy(v)
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                self._type_error(path, v, "string")
+                return v
+            v = str(int(v)) if v.is_integer() else f"{round(v * 1000)}m"
+        elif isinstance(v, int):
+            v = str(v)
+        if len(v) > 64 or not _QUANTITY.fullmatch(v):
+            self.causes.append(
+                Cause(
+                    path,
+                    f'Invalid value: "{v}": quantities must match the regular expression '
+                    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                )
+            )
         return v
 
     def _object(self, s: Schema, v: dict[str, Any], path: str, preserve: bool) -> dict[str, Any]:
