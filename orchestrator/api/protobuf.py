@@ -938,6 +938,7 @@ def _map_entry(entry: bytes, value_kind: str, msg: Msg, number: int) -> tuple[st
 
 def _message(msg: Msg, data: bytes) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    chunks: dict[int, list[bytes]] = {}
     for number, wire, value in _fields(data):
         spec = msg.fields.get(number)
         if spec is None:
@@ -962,16 +963,25 @@ def _message(msg: Msg, data: bytes) -> dict[str, Any]:
             key, item = _map_entry(_len_delimited(value, msg, number), sub, msg, number)
             out.setdefault(name, {})[key] = item
         elif kind in (MESSAGE, INLINE):
-            assert isinstance(sub, Msg)
-            decoded = _message(sub, _len_delimited(value, msg, number))
-            target = out if kind == INLINE else out.setdefault(name, {})
-            target.update(decoded)  # a repeated occurrence merges, as protobuf says
+            # Repeated occurrences of a message merge, as protobuf says: decode their
+            # concatenation once, after the loop (the key keeps its first position).
+            chunks.setdefault(number, []).append(_len_delimited(value, msg, number))
+            if kind == MESSAGE:
+                out.setdefault(name, {})
         else:
             item = _scalar(kind, wire, value, msg, number)
             if (keep and item is not None) or not _is_zero(item):
                 out[name] = item
             else:
                 out.pop(name, None)  # the last occurrence wins, and it is Go's zero value
+    for number, parts in chunks.items():
+        name, kind, sub, _ = msg.fields[number]
+        assert isinstance(sub, Msg)
+        decoded = _message(sub, b"".join(parts))
+        if kind == INLINE:
+            out.update(decoded)
+        else:
+            out[name] = decoded
     return out
 
 
