@@ -731,13 +731,3 @@ def test_kubectl_version_apply_and_explain(k: Kubectl, version: str) -> None:
     out = kv.ok("explain", "deployment.spec.strategy")
     assert "KIND:       Deployment" in out
     assert "rollingUpdate" in out
-
-
-# ---------------------------------------------------------------------------------- known gaps
-@pytest.mark.xfail(
-    strict=True,
-    reason="kubectl's generators (create namespace|configmap|secret|deployment, run, expose) "
-    "use typed clients that send protobuf bodies; the server decodes only JSON/YAML (415)",
-)
-def test_create_namespace_generator(kube: Kubectl) -> None:
-    assert kube.ok("create", "namespace", "from-generator") == "namespace/from-generator created\n"
