@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from .cache import SchedulerCache
-from .info import NodeInfo, PodInfo, Toleration, tolerates
+from .info import NodeInfo, PodInfo, Taint, Toleration, tolerates
 
 __all__ = [
     "DEFAULT_FILTERS",
@@ -56,7 +56,7 @@ __all__ = [
     "LeastAllocated",
     "NodeAffinity",
     "NodeAffinityScore",
-    "NodeCheck",
+    "NodeFilter",
     "NodeName",
     "NodePorts",
     "NodeReady",
@@ -66,6 +66,7 @@ __all__ = [
     "ScorePlugin",
     "TaintToleration",
     "TaintTolerationScore",
+    "check_node",
     "failure_message",
     "num_feasible_nodes_to_find",
     "schedule_one",
@@ -73,8 +74,9 @@ __all__ = [
 
 Obj = Mapping[str, Any]
 Reasons = tuple[str, ...]
-NodeCheck = Callable[[NodeInfo], Reasons]
-"""A filter specialised for one pod: `()` when the node passes, else the reasons it fails."""
+NodeFilter = Callable[[list[NodeInfo], dict[str, Reasons]], list[NodeInfo]]
+"""A filter specialised for one pod: returns the nodes that pass, in order, and records in the
+dict why each other node fails (upstream's reason strings)."""
 
 MAX_NODE_SCORE: Final = 100
 MIN_FEASIBLE_NODES_TO_FIND: Final = 100
@@ -98,12 +100,12 @@ _PORTS: Final = (ERR_PORTS,)
 
 
 class FilterPlugin(Protocol):
-    """A hard constraint. `prepare` returns the per-node check for `pod`, or None to skip."""
+    """A hard constraint. `prepare` returns the filter specialised for `pod`, or None to skip."""
 
     @property
     def name(self) -> str: ...
 
-    def prepare(self, pod: PodInfo) -> NodeCheck | None: ...
+    def prepare(self, pod: PodInfo) -> NodeFilter | None: ...
 
 
 class ScorePlugin(Protocol):
@@ -116,25 +118,49 @@ class ScorePlugin(Protocol):
     def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None: ...
 
 
+def check_node(plugin: FilterPlugin, pod: PodInfo, node: NodeInfo) -> Reasons:
+    """Why `plugin` rejects `node` for `pod`; `()` when it passes (or the plugin skips)."""
+    run = plugin.prepare(pod)
+    if run is None:
+        return _OK
+    reasons: dict[str, Reasons] = {}
+    kept = run([node], reasons)
+    return _OK if kept else reasons[node.name]
+
+
 # --- filters -------------------------------------------------------------------------------------
+#
+# Each filter first keeps the passing nodes with a comprehension over plain attributes (no call per
+# node in the common case), and walks the nodes again to record reasons only when some failed.
 
 
-def _not_ready(node: NodeInfo) -> Reasons:
-    return _OK if node.ready else _NOT_READY
+def _ready(nodes: list[NodeInfo], reasons: dict[str, Reasons]) -> list[NodeInfo]:
+    kept = [n for n in nodes if n.ready]
+    if len(kept) != len(nodes):
+        for n in nodes:
+            if not n.ready:
+                reasons[n.name] = _NOT_READY
+    return kept
 
 
-def _cordoned(node: NodeInfo) -> Reasons:
-    return _UNSCHEDULABLE if node.unschedulable else _OK
+def _schedulable(nodes: list[NodeInfo], reasons: dict[str, Reasons]) -> list[NodeInfo]:
+    kept = [n for n in nodes if not n.unschedulable]
+    if len(kept) != len(nodes):
+        for n in nodes:
+            if n.unschedulable:
+                reasons[n.name] = _UNSCHEDULABLE
+    return kept
 
 
 @dataclass(frozen=True)
 class NodeReady:
-    """Ready condition True, unless the pod tolerates `node.kubernetes.io/not-ready`."""
+    """Ready condition True, unless the pod tolerates the `node.kubernetes.io/not-ready`
+    NoSchedule taint (which upstream's node lifecycle puts on such nodes)."""
 
     name: str = "NodeReady"
 
-    def prepare(self, pod: PodInfo) -> NodeCheck | None:
-        return None if pod.tolerates_not_ready else _not_ready
+    def prepare(self, pod: PodInfo) -> NodeFilter | None:
+        return None if pod.tolerates_not_ready else _ready
 
 
 @dataclass(frozen=True)
@@ -143,8 +169,8 @@ class NodeUnschedulable:
 
     name: str = "NodeUnschedulable"
 
-    def prepare(self, pod: PodInfo) -> NodeCheck | None:
-        return None if pod.tolerates_unschedulable else _cordoned
+    def prepare(self, pod: PodInfo) -> NodeFilter | None:
+        return None if pod.tolerates_unschedulable else _schedulable
 
 
 @dataclass(frozen=True)
@@ -153,11 +179,21 @@ class NodeName:
 
     name: str = "NodeName"
 
-    def prepare(self, pod: PodInfo) -> NodeCheck | None:
+    def prepare(self, pod: PodInfo) -> NodeFilter | None:
         wanted = pod.node_name
         if not wanted:
             return None
-        return lambda node: _OK if node.name == wanted else _NODE_NAME
+
+        def run(nodes: list[NodeInfo], reasons: dict[str, Reasons]) -> list[NodeInfo]:
+            kept = []
+            for n in nodes:
+                if n.name == wanted:
+                    kept.append(n)
+                else:
+                    reasons[n.name] = _NODE_NAME
+            return kept
+
+        return run
 
 
 def _taint_reason(key: str, value: str) -> Reasons:
@@ -170,20 +206,32 @@ class TaintToleration:
 
     name: str = "TaintToleration"
 
-    def prepare(self, pod: PodInfo) -> NodeCheck | None:
+    def prepare(self, pod: PodInfo) -> NodeFilter:
         tolerations = pod.tolerations
-        verdicts: dict[tuple[str, str, str], bool] = {}
+        verdicts: dict[tuple[str, str, str], Reasons] = {}
 
-        def check(node: NodeInfo) -> Reasons:
+        def untolerated(node: NodeInfo) -> Reasons:
             for taint in node.hard_taints:
-                ok = verdicts.get(taint)
-                if ok is None:
-                    ok = verdicts[taint] = any(tolerates(t, *taint) for t in tolerations)
-                if not ok:
-                    return _taint_reason(taint[0], taint[1])
+                found = verdicts.get(taint)
+                if found is None:
+                    tolerated = any(tolerates(t, *taint) for t in tolerations)
+                    found = verdicts[taint] = _OK if tolerated else _taint_reason(*taint[:2])
+                if found:
+                    return found
             return _OK
 
-        return check
+        def run(nodes: list[NodeInfo], reasons: dict[str, Reasons]) -> list[NodeInfo]:
+            kept = []
+            for n in nodes:
+                if n.hard_taints:
+                    failed = untolerated(n)
+                    if failed:
+                        reasons[n.name] = failed
+                        continue
+                kept.append(n)
+            return kept
+
+        return run
 
 
 @dataclass(frozen=True)
@@ -192,11 +240,21 @@ class NodeAffinity:
 
     name: str = "NodeAffinity"
 
-    def prepare(self, pod: PodInfo) -> NodeCheck | None:
+    def prepare(self, pod: PodInfo) -> NodeFilter | None:
         match = pod.required
         if match is None:
             return None
-        return lambda node: _OK if match(node) else _AFFINITY
+
+        def run(nodes: list[NodeInfo], reasons: dict[str, Reasons]) -> list[NodeInfo]:
+            kept = []
+            for n in nodes:
+                if match(n):
+                    kept.append(n)
+                else:
+                    reasons[n.name] = _AFFINITY
+            return kept
+
+        return run
 
 
 @dataclass(frozen=True)
@@ -205,14 +263,21 @@ class NodePorts:
 
     name: str = "NodePorts"
 
-    def prepare(self, pod: PodInfo) -> NodeCheck | None:
+    def prepare(self, pod: PodInfo) -> NodeFilter | None:
         ports = pod.host_ports
         if not ports:
             return None
-        return lambda node: _PORTS if node.port_conflict(ports) else _OK
 
+        def run(nodes: list[NodeInfo], reasons: dict[str, Reasons]) -> list[NodeInfo]:
+            kept = []
+            for n in nodes:
+                if n.ports and n.port_conflict(ports):
+                    reasons[n.name] = _PORTS
+                else:
+                    kept.append(n)
+            return kept
 
-_INSUFFICIENT = {name: (f"Insufficient {name}",) for name in ("cpu", "memory", "ephemeral-storage")}
+        return run
 
 
 @dataclass(frozen=True)
@@ -221,10 +286,10 @@ class NodeResourcesFit:
 
     name: str = "NodeResourcesFit"
 
-    def prepare(self, pod: PodInfo) -> NodeCheck:
+    def prepare(self, pod: PodInfo) -> NodeFilter:
         cpu, memory, ephemeral, scalar = pod.cpu, pod.memory, pod.ephemeral, pod.scalar
 
-        def slow(node: NodeInfo) -> Reasons:
+        def insufficient(node: NodeInfo) -> Reasons:
             reasons: list[str] = []
             if node.pod_count + 1 > node.alloc_pods:
                 reasons.append(ERR_TOO_MANY_PODS)
@@ -239,22 +304,32 @@ class NodeResourcesFit:
                     reasons.append(f"Insufficient {name}")
             return tuple(reasons)
 
-        if ephemeral or scalar or not cpu or not memory:
-            return slow
-        insufficient_cpu = _INSUFFICIENT["cpu"]
-        insufficient_memory = _INSUFFICIENT["memory"]
+        def run(nodes: list[NodeInfo], reasons: dict[str, Reasons]) -> list[NodeInfo]:
+            if ephemeral or scalar or not cpu or not memory:
+                kept = []
+                for n in nodes:
+                    failed = insufficient(n)
+                    if failed:
+                        reasons[n.name] = failed
+                    else:
+                        kept.append(n)
+                return kept
+            # The common pod asks for cpu and memory only: no call per node.
+            kept = [
+                n
+                for n in nodes
+                if n.pod_count < n.alloc_pods
+                and cpu <= n.alloc_cpu - n.cpu
+                and memory <= n.alloc_memory - n.memory
+            ]
+            if len(kept) != len(nodes):
+                fits = set(map(id, kept))
+                for n in nodes:
+                    if id(n) not in fits:
+                        reasons[n.name] = insufficient(n)
+            return kept
 
-        def fast(node: NodeInfo) -> Reasons:
-            # The common pod asks for cpu and memory only; a single failure needs no list.
-            if node.pod_count < node.alloc_pods:
-                cpu_ok = cpu <= node.alloc_cpu - node.cpu
-                if memory <= node.alloc_memory - node.memory:
-                    return _OK if cpu_ok else insufficient_cpu
-                if cpu_ok:
-                    return insufficient_memory
-            return slow(node)
-
-        return fast
+        return run
 
 
 # --- scores --------------------------------------------------------------------------------------
@@ -270,7 +345,7 @@ def _normalize(raw: list[int], *, reverse: bool = False) -> list[int] | None:
     return [MAX_NODE_SCORE * s // high for s in raw]
 
 
-def _tolerated(tolerations: Sequence[Toleration], taint: tuple[str, str, str]) -> bool:
+def _tolerated(tolerations: Sequence[Toleration], taint: Taint) -> bool:
     return any(tolerates(t, *taint) for t in tolerations)
 
 
@@ -281,13 +356,15 @@ class TaintTolerationScore:
     name: str = "TaintToleration"
 
     def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None:
-        if not any(node.soft_taints for node in nodes):
+        tainted = [n.soft_taints for n in nodes if n.soft_taints]
+        if not tainted:
             return None
         tolerations = [t for t in pod.tolerations if t[3] in ("", "PreferNoSchedule")]
-        raw = [
-            sum(1 for taint in node.soft_taints if not _tolerated(tolerations, taint))
-            for node in nodes
-        ]
+        counts: dict[tuple[Taint, ...], int] = {}
+        for taints in tainted:
+            if taints not in counts:
+                counts[taints] = sum(1 for t in taints if not _tolerated(tolerations, t))
+        raw = [counts[n.soft_taints] if n.soft_taints else 0 for n in nodes]
         return _normalize(raw, reverse=True)
 
 
@@ -324,59 +401,60 @@ class OwnerSpread:
             return None
         counts = [node.owners.get(owner, 0) for node in nodes]
         high = max(counts)
+        if high == 0:
+            return None  # no pod of this owner on any of these nodes: all score 100
         zones: dict[str, int] = {}
         for node, count in zip(nodes, counts, strict=True):
             if node.zone is not None:
                 zones[node.zone] = zones.get(node.zone, 0) + count
         if not zones:
-            if high == 0 or high == min(counts):
+            if high == min(counts):
                 return None
             return [MAX_NODE_SCORE * (high - c) // high for c in counts]
         zone_high = max(zones.values())
-        out: list[int] = []
-        for node, count in zip(nodes, counts, strict=True):
-            score = MAX_NODE_SCORE * (high - count) / high if high else float(MAX_NODE_SCORE)
-            if node.zone is not None:
-                zone_count = zones[node.zone]
-                zone_score = (
-                    MAX_NODE_SCORE * (zone_high - zone_count) / zone_high
-                    if zone_high
-                    else float(MAX_NODE_SCORE)
-                )
-                score = score * (1 - ZONE_WEIGHTING) + ZONE_WEIGHTING * zone_score
-            out.append(int(score))
-        return out
-
-
-def _least(requested: int, capacity: int) -> int:
-    if capacity == 0 or requested > capacity:
-        return 0
-    return (capacity - requested) * MAX_NODE_SCORE // capacity
+        zone_part = {
+            zone: ZONE_WEIGHTING
+            * (MAX_NODE_SCORE * (zone_high - c) / zone_high if zone_high else MAX_NODE_SCORE)
+            for zone, c in zones.items()
+        }
+        node_weight = 1 - ZONE_WEIGHTING
+        return [
+            int(
+                MAX_NODE_SCORE * (high - count) / high * node_weight + zone_part[node.zone]
+                if node.zone is not None
+                else MAX_NODE_SCORE * (high - count) / high
+            )
+            for node, count in zip(nodes, counts, strict=True)
+        ]
 
 
 @dataclass(frozen=True)
 class LeastAllocated:
     """NodeResourcesFit's default score: the mean free fraction of CPU and memory after placing
-    the pod, counting a container without requests as 100m / 200Mi."""
+    the pod, counting a container without requests as 100m / 200Mi. A resource the node lacks
+    or would exceed scores 0."""
 
     name: str = "NodeResourcesFit"
 
     def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None:
         cpu, memory = pod.nonzero_cpu, pod.nonzero_memory
-        return [
-            (
-                _least(node.nonzero_cpu + cpu, node.alloc_cpu)
-                + _least(node.nonzero_memory + memory, node.alloc_memory)
-            )
-            // 2
-            for node in nodes
-        ]
+        out = []
+        for n in nodes:
+            alloc = n.alloc_cpu
+            free = alloc - n.nonzero_cpu - cpu
+            cpu_score = free * MAX_NODE_SCORE // alloc if alloc and free >= 0 else 0
+            alloc = n.alloc_memory
+            free = alloc - n.nonzero_memory - memory
+            memory_score = free * MAX_NODE_SCORE // alloc if alloc and free >= 0 else 0
+            out.append((cpu_score + memory_score) // 2)
+        return out
 
 
 @dataclass(frozen=True)
 class BalancedAllocation:
-    """Prefer nodes whose CPU and memory fractions stay close after placing the pod
-    (100 * (1 - |cpu fraction - memory fraction| / 2)); skipped for best-effort pods."""
+    """Prefer nodes whose CPU and memory fractions stay close after placing the pod:
+    100 * (1 - |cpu fraction - memory fraction| / 2), fractions capped at 1; a node lacking one
+    of the resources scores 100. Skipped for best-effort pods."""
 
     name: str = "NodeResourcesBalancedAllocation"
 
@@ -384,15 +462,19 @@ class BalancedAllocation:
         if pod.best_effort:
             return None
         cpu, memory = pod.cpu, pod.memory
-        out: list[int] = []
-        for node in nodes:
-            fractions = []
-            if node.alloc_cpu:
-                fractions.append(min(1.0, (node.cpu + cpu) / node.alloc_cpu))
-            if node.alloc_memory:
-                fractions.append(min(1.0, (node.memory + memory) / node.alloc_memory))
-            std = abs(fractions[0] - fractions[1]) / 2 if len(fractions) == 2 else 0.0
-            out.append(int((1 - std) * MAX_NODE_SCORE))
+        out = []
+        for n in nodes:
+            if n.alloc_cpu and n.alloc_memory:
+                cpu_fraction = (n.cpu + cpu) / n.alloc_cpu
+                if cpu_fraction > 1.0:
+                    cpu_fraction = 1.0
+                memory_fraction = (n.memory + memory) / n.alloc_memory
+                if memory_fraction > 1.0:
+                    memory_fraction = 1.0
+                std = abs(cpu_fraction - memory_fraction) / 2
+                out.append(int((1 - std) * MAX_NODE_SCORE))
+            else:
+                out.append(MAX_NODE_SCORE)
         return out
 
 
@@ -515,21 +597,20 @@ class Framework:
         wanted = num_feasible_nodes_to_find(count, self.percentage_of_nodes_to_score)
         start = cache.next_start_index % count
         order = nodes[start:] + nodes[:start] if start else nodes
-        checks = [c for c in (f.prepare(pod) for f in self.filters) if c is not None]
+        filters = [f for f in (plugin.prepare(pod) for plugin in self.filters) if f is not None]
         feasible: list[NodeInfo] = []
         reasons: dict[str, Reasons] = {}
         visited = 0
-        for node in order:
-            visited += 1
-            for check in checks:
-                failed = check(node)
-                if failed:
-                    reasons[node.name] = failed
+        # Visit just enough nodes to find the rest of `wanted`, until found or all visited, so
+        # the search never looks further than upstream's node-by-node one would.
+        while visited < count and len(feasible) < wanted:
+            chunk = order[visited : visited + wanted - len(feasible)]
+            visited += len(chunk)
+            for run in filters:
+                chunk = run(chunk, reasons)
+                if not chunk:
                     break
-            else:
-                feasible.append(node)
-                if len(feasible) >= wanted:
-                    break
+            feasible += chunk
         cache.next_start_index = (start + visited) % count
         return feasible, reasons
 

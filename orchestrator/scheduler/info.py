@@ -39,6 +39,7 @@ __all__ = [
     "NodeInfo",
     "NodeMatcher",
     "PodInfo",
+    "Taint",
     "Toleration",
     "pod_key",
     "tolerates",
@@ -396,10 +397,10 @@ class PodInfo:
         self.tolerates_unschedulable = any(
             tolerates(t, UNSCHEDULABLE_TAINT, "", "NoSchedule") for t in self.tolerations
         )
+        # Every pod tolerates not-ready NoExecute for 300 s (DefaultTolerationSeconds); only a
+        # NoSchedule toleration (DaemonSet-style) lets it onto a node that is not ready.
         self.tolerates_not_ready = any(
-            tolerates(t, NOT_READY_TAINT, "", effect)
-            for t in self.tolerations
-            for effect in ("NoSchedule", "NoExecute")
+            tolerates(t, NOT_READY_TAINT, "", "NoSchedule") for t in self.tolerations
         )
         self.owner = _owner(meta)
         priority = spec.get("priority")
