@@ -1,0 +1,19 @@
+"""The controllers the server's `ControllerManager` runs: add new ones here, in one place.
+
+`default_controllers(ctx)` is called each time this server becomes the Raft leader, with a
+fresh `ControllerContext` for that term (a fenced in-process client, a shared informer factory,
+an event recorder); it returns the controllers to run until leadership is lost.
+"""
+
+from __future__ import annotations
+
+from .runtime.controller import Controller
+from .runtime.manager import ControllerContext
+
+__all__ = ["default_controllers"]
+
+
+def default_controllers(ctx: ControllerContext) -> list[Controller]:
+    """The built-in controllers (none yet)."""
+    del ctx
+    return []

@@ -1,0 +1,197 @@
+"""`ControllerManager`: runs the controllers on the Raft leader only, fenced to its term.
+
+Theory of operation
+-------------------
+The manager watches this server's Raft role (`RaftNode.leadership()` and
+`wait_role_change()`; any object with those two methods will do, see `Leadership`). When the
+server becomes leader in term T it opens a nursery and, in it, builds a fresh world for that
+term: an `InProcessClient` whose writes are fenced to T, an `InformerFactory`, an
+`EventRecorder`, and the controllers returned by `controllers_factory(ctx)`
+(`orchestrator.controllers.registry.default_controllers` in the server). It starts the
+informers, the recorder and every controller. When the role or term changes in any way, the
+nursery is cancelled: informers, queues and workers stop; nothing survives into the next term
+(caches are rebuilt from a LIST, as a newly elected kube-controller-manager does).
+
+Fencing (orchestrator/store/fencing.py has the full argument): every write the controllers make
+carries T. Cancellation takes effect at the controllers' next checkpoint, but a write already
+on its way cannot land under another leader: the Raft driver appends a fenced write only while
+this server leads term T, never forwards it, and an entry of term T appended after a later
+leader's election can never commit. So "only the leader runs controllers" holds for their
+effects, not just their scheduling: a deposed leader's writes fail (503 ServiceUnavailable,
+"fenced") instead of racing the new leader's controllers.
+
+A controller that raises takes the whole term's nursery down; the manager logs it and, if this
+server still leads the same term, rebuilds everything after `RESTART_DELAY` (a bug in one
+controller must not stop the API server). Metric: `leader_election_master_status{name}` is 1
+while this manager runs controllers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from ...api.auth.authn import User
+from ...api.resources import Api
+from .client import InProcessClient
+from .controller import Controller
+from .events import EventRecorder
+from .informer import InformerFactory
+from .metrics import REGISTRY, Registry
+
+if TYPE_CHECKING:
+    from ...server import Server
+
+__all__ = [
+    "CONTROLLER_MANAGER_USER",
+    "ControllerContext",
+    "ControllerManager",
+    "ControllersFactory",
+    "Leadership",
+]
+
+log = logging.getLogger(__name__)
+
+CONTROLLER_MANAGER_USER = User(
+    "system:kube-controller-manager", ("system:controllers", "system:authenticated")
+)
+COMPONENT = "controller-manager"
+RESTART_DELAY = 1.0
+
+
+class Leadership(Protocol):
+    """What the manager needs to know about this server's Raft role (RaftNode has it)."""
+
+    def leadership(self) -> tuple[bool, int]:
+        """(this server leads, the current term)."""
+        ...
+
+    async def wait_role_change(self) -> None:
+        """Return after the next change of role, leader or term."""
+        ...
+
+
+class AlwaysLeader:
+    """For a manager without Raft (tests, an `Api` on its own): leads term 0 forever, and the
+    writes are not fenced."""
+
+    def leadership(self) -> tuple[bool, int]:
+        return True, 0
+
+    async def wait_role_change(self) -> None:
+        await trio.sleep_forever()
+
+
+@dataclass
+class ControllerContext:
+    """What a controllers factory builds controllers from, for one term of leadership."""
+
+    client: InProcessClient  # writes fenced to `term`
+    informers: InformerFactory
+    events: EventRecorder
+    term: int
+    metrics: Registry
+
+
+ControllersFactory = Callable[[ControllerContext], list[Controller]]
+
+
+class ControllerManager:
+    """Runs `controllers_factory(ctx)`'s controllers while this server leads (see module doc).
+
+    `server_or_api`: a `Server` (its Raft node is the leadership, its API the client's target)
+    or an `Api`, with `leadership` given (default: `AlwaysLeader`, no fencing)."""
+
+    def __init__(
+        self,
+        server_or_api: Server | Api,
+        controllers_factory: ControllersFactory,
+        *,
+        leadership: Leadership | None = None,
+        user: User = CONTROLLER_MANAGER_USER,
+        host: str = "",
+        metrics: Registry = REGISTRY,
+        resync: float | None = None,
+    ) -> None:
+        fence = True
+        if isinstance(server_or_api, Api):
+            self.api = server_or_api
+            if leadership is None:
+                leadership, fence = AlwaysLeader(), False
+        else:
+            if server_or_api.api is None:
+                raise ValueError("the controller manager needs a server with the API")
+            self.api = server_or_api.api.api
+            leadership = leadership or server_or_api.node
+        self.leadership: Leadership = leadership
+        self.factory = controllers_factory
+        self.user = user
+        self.host = host
+        self.metrics = metrics
+        self.resync = resync
+        self._fence = fence
+        self.term: int | None = None  # the term controllers run for, None when not running
+        self.terms_led: list[int] = []
+        self.controllers: list[Controller] = []
+        self._status = metrics.gauge(
+            "leader_election_master_status",
+            "1 while this process is the leader and runs the controllers",
+            ["name"],
+        ).labels(COMPONENT)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Follow leadership until cancelled; `started` at once (controllers start later)."""
+        task_status.started()
+        leadership = self.leadership
+        while True:
+            leads, term = leadership.leadership()
+            if not leads:
+                await leadership.wait_role_change()
+                continue
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._lead_term, term)
+                # No checkpoint between reading the role and waiting: no change is missed.
+                while leadership.leadership() == (True, term):
+                    await leadership.wait_role_change()
+                log.info("controller manager: leadership of term %d lost: stopping", term)
+                nursery.cancel_scope.cancel()
+
+    async def _lead_term(self, term: int) -> None:
+        while True:
+            try:
+                await self._run_controllers(term)
+                return
+            except Exception:
+                log.exception("controller manager: a controller failed in term %d", term)
+            await trio.sleep(RESTART_DELAY)
+
+    async def _run_controllers(self, term: int) -> None:
+        client = InProcessClient(
+            self.api, self.user, field_manager=COMPONENT, fence_term=term if self._fence else None
+        )
+        informers = InformerFactory(client, resync=self.resync, metrics=self.metrics)
+        events = EventRecorder(client, COMPONENT, self.host, metrics=self.metrics)
+        ctx = ControllerContext(client, informers, events, term, self.metrics)
+        controllers = self.factory(ctx)
+        self.controllers = controllers
+        self.term = term
+        self.terms_led.append(term)
+        self._status.set(1)
+        log.info(
+            "controller manager: leader in term %d: starting %d controllers", term, len(controllers)
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(events.run)
+                informers.start(nursery)
+                for c in controllers:
+                    nursery.start_soon(c.run)
+                informers.start(nursery)  # informers a controller asked for while starting
+        finally:
+            self.term = None
+            self.controllers = []
+            self._status.set(0)
