@@ -15,6 +15,8 @@ from pathlib import Path
 import trio
 
 from .api.apiserver import ApiOptions, ApiServer
+from .controllers.registry import default_controllers
+from .controllers.runtime.manager import ControllerManager
 from .raft.node import NodeConfig, RaftNode
 from .raft.statemachine import StateMachine
 from .store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
@@ -38,6 +40,7 @@ class ServerOptions:
     quota_bytes: int = DEFAULT_QUOTA_BYTES
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
     api: ApiOptions | None = None  # None: no Kubernetes API on this server
+    controllers: bool = True  # run the controllers while this server is the Raft leader
 
 
 def node_identity(data_dir: Path, requested: int | None, *, joining: bool) -> int:
@@ -86,6 +89,9 @@ class Server:
             if opts.api
             else None
         )
+        self.controllers: ControllerManager | None = None
+        if self.api is not None and opts.controllers:
+            self.controllers = ControllerManager(self, default_controllers)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -101,6 +107,8 @@ class Server:
                 await self._join(self.opts.join_url)
             if self.api is not None:
                 await nursery.start(self.api.run)
+            if self.controllers is not None:
+                await nursery.start(self.controllers.run)
             task_status.started()
 
     async def _join(self, url: str) -> None:

@@ -105,6 +105,11 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--node-name", help="name of this server's Node (default: the hostname)")
     s.add_argument("--no-agent", action="store_true", help="run no node agent on this server")
+    s.add_argument(
+        "--no-controllers",
+        action="store_true",
+        help="run no controllers on this server (they run only on the Raft leader anyway)",
+    )
     s.add_argument("--plain-http", action="store_true", help=argparse.SUPPRESS)
 
     ep = argparse.ArgumentParser(add_help=False)
@@ -209,6 +214,7 @@ def _server(args: argparse.Namespace) -> int:
         join_url=args.join,
         quota_bytes=args.quota_bytes,
         compaction=compaction,
+        controllers=not args.no_controllers,
         api=None
         if not serve_api
         else ApiOptions(
