@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import trio
 import yaml
 
+from ..controllers.runtime.metrics import REGISTRY, Registry
 from . import discovery, errors, protobuf, tables
 from .auth.authn import User
 from .errors import ApiError
@@ -230,6 +231,8 @@ class ApiApp:
         if path == "/version":
             return Response(200, discovery.VERSION)
         user = self._authenticate(scope, headers)
+        if method == "GET" and path == "/metrics":  # any authenticated user, like discovery
+            return Response(200, REGISTRY.render().encode(), content_type=Registry.CONTENT_TYPE)
         if method == "GET":
             doc = self._discovery(path)
             if doc is not None:
