@@ -156,8 +156,8 @@ def run_once(
     now = 0.0
     placed = unschedulable = 0
     start = time.perf_counter()
-    for pod in pods:
-        queue.add(pod, now)
+    for new in pods:
+        queue.add(new, now)
     while (pod := queue.pop(now)) is not None:
         decision = schedule_one(pod, cache, rng, now)
         if decision.node is None:

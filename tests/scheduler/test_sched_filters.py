@@ -174,7 +174,7 @@ def test_selector_and_affinity_must_both_match() -> None:
 def test_empty_terms_match_nothing() -> None:
     n = node("n", labels=LABELS)
     assert reasons(NodeAffinity(), pod("p", affinity=required([])), n) != ()
-    no_terms = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
+    no_terms: Obj = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
     assert reasons(NodeAffinity(), pod("p", affinity=no_terms), n) != ()
 
 

@@ -272,7 +272,8 @@ taints = st.lists(
 )
 cpus = st.sampled_from(["0", "100m", "500m", "1", "2", "4"])
 mems = st.sampled_from(["0", "64Mi", "512Mi", "1Gi", "4Gi"])
-ports = st.lists(st.sampled_from([80, 443, (53, "UDP", ""), (80, "TCP", "10.0.0.1")]), max_size=2)
+port_choices: list[int | tuple[int, str, str]] = [80, 443, (53, "UDP", ""), (80, "TCP", "10.0.0.1")]
+ports = st.lists(st.sampled_from(port_choices), max_size=2)
 tolerations = st.lists(
     st.fixed_dictionaries(
         {
@@ -339,7 +340,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[Obj], list[Obj], Obj]:
 # An independent oracle, straight from the API objects (the generated pods are simple: one
 # container, requests only), so a bug in PodInfo/NodeInfo cannot hide itself.
 
-UNITS = {"": 1, "m": Fraction(1, 1000), "Mi": 2**20, "Gi": 2**30}
+UNITS: dict[str, Fraction] = {"m": Fraction(1, 1000), "Mi": Fraction(2**20), "Gi": Fraction(2**30)}
 
 
 def amount(q: str) -> Fraction:

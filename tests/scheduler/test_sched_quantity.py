@@ -140,6 +140,7 @@ def test_integer_with_suffix_scales_exactly(n: int, suffix: str) -> None:
         "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30,
         "m": Fraction(1, 1000), "e2": 100, "e-2": Fraction(1, 100),
     }[suffix]  # fmt: skip
+    assert isinstance(scale, int | Fraction)
     assert parse_quantity(f"{n}{suffix}") == n * scale
     assert parse_cpu_milli(f"{n}{suffix}") * Fraction(1, 1000) >= n * scale
 

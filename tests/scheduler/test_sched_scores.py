@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from schedfixtures import expr, node, node_info, pod, preferred, taint
 
 from orchestrator.scheduler import NodeInfo, PodInfo
@@ -14,8 +16,8 @@ from orchestrator.scheduler.framework import (
 )
 
 
-def infos(*nodes: dict[str, object]) -> list[NodeInfo]:
-    return [node_info(n) for n in nodes]  # type: ignore[arg-type]  # fixture dicts
+def infos(*nodes: dict[str, Any]) -> list[NodeInfo]:
+    return [node_info(n) for n in nodes]
 
 
 def test_least_allocated_prefers_the_emptier_node() -> None:
