@@ -128,7 +128,7 @@ class NodeConfig:
     heartbeat_tick: int = 1
     snapshot_every: int = 10_000  # applied entries between snapshots
     keep_tail: int = 5_000  # entries kept after a snapshot for slow followers
-    max_inflight: int = 64
+    max_inflight: int = 4  # appends in flight per follower; fewer, bigger batches cost less CPU
     seed: int | None = None
     faults: FaultInjector | None = None
 
@@ -159,6 +159,31 @@ class _Waiter:
         if self.error is not None:
             raise self.error
         return self.value
+
+
+class CallbackWaiter(_Waiter):
+    """A waiter that calls `callback(value, error)` once, from the loop, instead of waking a
+    task: for callers that answer many requests without a task each (the client port)."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable[[Any, BaseException | None], None]) -> None:
+        self.callback: Callable[[Any, BaseException | None], None] | None = callback
+        self.value = None
+        self.error = None
+
+    def set(self, value: Any) -> None:
+        cb, self.callback = self.callback, None
+        if cb is not None:
+            cb(value, None)
+
+    def fail(self, error: BaseException) -> None:
+        cb, self.callback = self.callback, None
+        if cb is not None:
+            cb(None, error)
+
+    async def wait(self) -> Any:
+        raise TypeError("a CallbackWaiter reports through its callback")
 
 
 _PROMOTE_MARK = "#promote"  # in the persisted address book: a learner to promote when caught up
@@ -253,15 +278,18 @@ class RaftNode:
         """Replicate one command; returns the state machine's result once applied here."""
         return await self._request("propose", data)
 
-    def submit(self, data: bytes, *, fence_term: int | None = None) -> _Waiter:
+    def submit(
+        self, data: bytes, *, fence_term: int | None = None, waiter: _Waiter | None = None
+    ) -> _Waiter:
         """`propose` without waiting: queue the command and return its waiter (`await
         waiter.wait()` gives the result or raises). The caller may `fail()` the waiter itself,
         e.g. at a deadline: that only stops the wait, not the proposal, as cancelling would.
 
         With `fence_term=T` the command is appended only if, when the loop takes it, this server
         is the leader of term T (so its entry carries term T); otherwise the waiter fails with
-        `Deposed` and the command is never forwarded to another leader."""
-        w = _Waiter()
+        `Deposed` and the command is never forwarded to another leader. `waiter` may be a
+        `CallbackWaiter` to be called back instead of awaited."""
+        w = waiter if waiter is not None else _Waiter()
         if fence_term is None:
             self._requests.append(("propose", data, w))
         else:

@@ -28,6 +28,7 @@ import trio
 
 from ..raft.node import (
     Busy,
+    CallbackWaiter,
     Deposed,
     NotLeader,
     OutcomeUnknown,
@@ -244,6 +245,41 @@ class RaftStore:
         if isinstance(error, StoreError):
             raise error
         return result
+
+    def submit_write(
+        self, command: bytes, done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        """One attempt at a write without a task of its own (the client port's fast path).
+
+        `done(result, None)` or `done(None, error)` is called once, from the node's loop or the
+        deadline sweep: `error` is a StoreError (the command's own failure, or NoQuorum at the
+        deadline), or one of NotLeader, Busy, ReadAborted, ProposalLost when the attempt
+        certainly had no effect and the caller should retry the usual way (`update`, ...).
+        Unfenced: for clients of the store, not for controllers."""
+        deadline = trio.current_time() + self.quorum_timeout
+        item: list[Any] = [deadline, next(self._deadline_seq), None]
+
+        def finish(value: Any, error: BaseException | None) -> None:
+            item[2] = None
+            if error is None:
+                failure = getattr(value, "error", None)
+                if isinstance(failure, StoreError):
+                    done(None, failure)
+                else:
+                    done(value, None)
+            elif isinstance(error, _Expired):
+                done(None, self._no_quorum("write"))
+            elif isinstance(error, OutcomeUnknown):
+                done(None, NoQuorum(f"write: {error}"))
+            else:
+                done(None, error)
+
+        waiter = CallbackWaiter(finish)
+        item[2] = waiter
+        self.node.submit(command, waiter=waiter)
+        heapq.heappush(self._deadlines, item)
+        if deadline + 0.01 < self._sweep.deadline:
+            self._sweep.deadline = deadline + 0.01
 
     async def _read(self, linearizable: bool, fn: Callable[..., T], *args: Any) -> T:
         if linearizable:

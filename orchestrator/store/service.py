@@ -56,6 +56,8 @@ from .types import (
     KeyValue,
     StoreError,
     TxnOp,
+    encode_create,
+    encode_put,
 )
 
 log = logging.getLogger("orchestrator.store.service")
@@ -150,12 +152,66 @@ class ClientService:
                             break
                         for frame in decoder.receive_data(data):
                             await limiter.acquire_on_behalf_of(frame)
-                            nursery.start_soon(self._handle, frame, send_q.clone(), limiter)
+                            if not self._fast_write(frame, send_q, limiter, nursery):
+                                nursery.start_soon(self._handle, frame, send_q.clone(), limiter)
         except* (OSError, trio.BrokenResourceError, trio.ClosedResourceError, FramingError) as eg:
             log.debug("client connection closed: %s", eg.exceptions[0])
         except* Exception:
             # A bug in serving one connection must not take the server down.
             log.exception("error while serving a client connection")
+
+    def _fast_write(
+        self,
+        frame: bytes,
+        send_q: trio.MemorySendChannel[bytes],
+        limiter: trio.CapacityLimiter,
+        nursery: trio.Nursery,
+    ) -> bool:
+        """Serve a well-formed put/update/create without a task: the answer is sent from the
+        write's callback (one of the larger per-write costs on the leader was the task and its
+        wake-up). Anything else, and any attempt that must be retried, goes the usual way
+        (`_handle`); returns False when the frame is not for this path."""
+        try:
+            req = msgpack.unpackb(frame)
+        except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError):
+            return False
+        if not isinstance(req, list) or len(req) != 3 or not isinstance(req[2], list):
+            return False
+        rid, op, args = req
+        guard: Any = None
+        if op in ("put", "create") and len(args) == 2:
+            key, value = args
+        elif op == "update" and len(args) in (2, 3):
+            key, value = args[0], args[1]
+            guard = args[2] if len(args) == 3 else None
+            if guard is not None and (type(guard) is not int or guard < 0):
+                return False
+        else:
+            return False
+        if not isinstance(key, str) or not isinstance(value, bytes):
+            return False
+        q = send_q.clone()
+
+        def done(result: Any, error: BaseException | None) -> None:
+            out: Any
+            if isinstance(error, NotLeader | Busy | ReadAborted | ProposalLost):
+                # Certainly not applied: the usual path retries within its own bound.
+                nursery.start_soon(self._handle, frame, q, limiter)
+                return
+            if isinstance(error, StoreError):
+                status, out = error.code, _error_value(error)
+            elif error is not None:
+                status, out = "error", str(error)
+            else:
+                status, out = "ok", True if op == "put" else kv_wire(result.kv)
+            with suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                q.send_nowait(encode_frame(msgpack.packb([rid, status, out])))
+            q.close()
+            limiter.release_on_behalf_of(frame)
+
+        data = encode_create(key, value) if op == "create" else encode_put(key, value, guard)
+        self.store.submit_write(data, done)
+        return True
 
     async def _writer(self, stream: trio.SocketStream, q: trio.MemoryReceiveChannel[bytes]) -> None:
         async with q:
