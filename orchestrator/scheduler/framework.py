@@ -596,7 +596,6 @@ class Framework:
         count = len(nodes)
         wanted = num_feasible_nodes_to_find(count, self.percentage_of_nodes_to_score)
         start = cache.next_start_index % count
-        order = nodes[start:] + nodes[:start] if start else nodes
         filters = [f for f in (plugin.prepare(pod) for plugin in self.filters) if f is not None]
         feasible: list[NodeInfo] = []
         reasons: dict[str, Reasons] = {}
@@ -604,8 +603,11 @@ class Framework:
         # Visit just enough nodes to find the rest of `wanted`, until found or all visited, so
         # the search never looks further than upstream's node-by-node one would.
         while visited < count and len(feasible) < wanted:
-            chunk = order[visited : visited + wanted - len(feasible)]
-            visited += len(chunk)
+            size = min(wanted - len(feasible), count - visited)
+            first = (start + visited) % count
+            last = first + size
+            chunk = nodes[first:last] if last <= count else nodes[first:] + nodes[: last - count]
+            visited += size
             for run in filters:
                 chunk = run(chunk, reasons)
                 if not chunk:
