@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 __all__ = [
+    "DAEMONSETS",
     "DEPLOYMENTS",
     "EVENTS",
     "NAMESPACES",
     "NODES",
     "PODS",
     "REPLICASETS",
+    "STATEFULSETS",
     "ResourceInfo",
 ]
 
@@ -88,5 +90,13 @@ DEPLOYMENTS = ResourceInfo(
 )  # fmt: skip
 REPLICASETS = ResourceInfo(
     "apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), _ALL, ("all",),
+    ("scale", "status"),
+)  # fmt: skip
+DAEMONSETS = ResourceInfo(
+    "apps", "v1", "daemonsets", "DaemonSet", True, "daemonset", ("ds",), _ALL, ("all",),
+    ("status",),
+)  # fmt: skip
+STATEFULSETS = ResourceInfo(
+    "apps", "v1", "statefulsets", "StatefulSet", True, "statefulset", ("sts",), _ALL, ("all",),
     ("scale", "status"),
 )  # fmt: skip
