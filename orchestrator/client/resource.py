@@ -13,11 +13,14 @@ from urllib.parse import quote
 __all__ = [
     "DAEMONSETS",
     "DEPLOYMENTS",
+    "ENDPOINTS",
     "EVENTS",
+    "LEASES",
     "NAMESPACES",
     "NODES",
     "PODS",
     "REPLICASETS",
+    "SERVICES",
     "STATEFULSETS",
     "ResourceInfo",
 ]
@@ -100,3 +103,8 @@ STATEFULSETS = ResourceInfo(
     "apps", "v1", "statefulsets", "StatefulSet", True, "statefulset", ("sts",), _ALL, ("all",),
     ("scale", "status"),
 )  # fmt: skip
+SERVICES = ResourceInfo(
+    "", "v1", "services", "Service", True, "service", ("svc",), _ALL, ("all",), ("status",)
+)
+ENDPOINTS = ResourceInfo("", "v1", "endpoints", "Endpoints", True, "endpoints", ("ep",), _ALL)
+LEASES = ResourceInfo("coordination.k8s.io", "v1", "leases", "Lease", True, "lease", (), _ALL)
