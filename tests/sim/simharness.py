@@ -1,0 +1,43 @@
+"""The in-process API server harness, ready for simulated nodes (its system namespaces exist),
+plus small polling helpers shared by the simulated-node and scheduler-driver tests."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from api.apiharness import Harness, api_server
+
+from orchestrator.api.auth.authn import User
+from orchestrator.api.resources import Api
+
+ADMIN = User("admin", ("system:masters", "system:authenticated"))
+
+
+@asynccontextmanager
+async def sim_api_server() -> AsyncIterator[Harness]:
+    async with api_server() as h:
+        with trio.fail_after(30):  # the server creates its system namespaces just after start
+            url = "/api/v1/namespaces/kube-node-lease"
+            while (await h.client.get(url)).status_code != 200:  # noqa: ASYNC110  (polling)
+                await trio.sleep(0.02)
+        yield h
+
+
+def api_of(h: Harness) -> Api:
+    assert h.server.api is not None
+    return h.server.api.api
+
+
+async def until(predicate: Callable[[], Any]) -> None:
+    """Poll a condition (callers hold the deadline with `trio.fail_after`)."""
+    while not predicate():  # noqa: ASYNC110  (the condition is data, not an event to wait on)
+        await trio.sleep(0.01)
+
+
+async def until_async(predicate: Callable[[], Awaitable[Any]]) -> None:
+    """Poll an async condition (callers hold the deadline with `trio.fail_after`)."""
+    while not await predicate():  # noqa: ASYNC110  (polling the server; no event to wait on)
+        await trio.sleep(0.02)
