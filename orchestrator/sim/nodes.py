@@ -68,8 +68,7 @@ import trio
 from ..api.auth.authn import User
 from ..api.errors import ApiError
 from ..api.resources import Api
-from ..client import ResourceInfo
-from ..client.resource import NODES, PODS
+from ..client.resource import LEASES, NODES, PODS
 from ..controllers.runtime.client import Client, InProcessClient
 
 __all__ = [
@@ -87,10 +86,6 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-LEASES = ResourceInfo(
-    "coordination.k8s.io", "v1", "leases", "Lease", True, "lease", (),
-    ("create", "delete", "get", "list", "patch", "update", "watch"),
-)  # fmt: skip
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 KUBELET_VERSION = "v1.32.0-sim"
 RUNTIME_VERSION = "simulated://1"
