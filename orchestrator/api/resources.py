@@ -14,7 +14,8 @@ the client itself named a resourceVersion, in which case the 409 is the client's
 
 Invariants: nothing is stored unless the whole pipeline accepted it (every failure leaves the
 store unchanged); a write that would change nothing is not stored (the resourceVersion stays);
-an object with a deletionTimestamp is removed exactly when its last finalizer goes.
+an object with a deletionTimestamp is removed exactly when its last finalizer goes (for a
+Namespace: the last of `metadata.finalizers` and `spec.finalizers`).
 """
 
 from __future__ import annotations
@@ -505,7 +506,11 @@ class Api:
                 return self._present(kind, obj)
             meta = obj["metadata"]
             try:
-                if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+                if (
+                    meta.get("deletionTimestamp")
+                    and not meta.get("finalizers")
+                    and not _namespace_finalizers(kind, obj)
+                ):
                     await self.objects.delete(kind, ns, name, _rv(live))
                     self._after_write(kind, obj, deleted=True)
                     return self._present(kind, obj)
@@ -759,6 +764,14 @@ class Api:
             "status": "Success",
             "code": 201,
         }
+
+
+def _namespace_finalizers(kind: Kind, obj: Obj) -> bool:
+    """A terminating Namespace also waits for its `spec.finalizers` (the namespace controller
+    empties it, then removes "kubernetes"); it goes once both lists are empty."""
+    return (kind.group, kind.plural) == _NAMESPACES and bool(
+        (obj.get("spec") or {}).get("finalizers")
+    )
 
 
 def _finished(pod: Obj) -> bool:
