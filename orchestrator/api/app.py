@@ -34,6 +34,7 @@ from .request import Query, RequestInfo, WriteOptions, parse_path
 from .resources import Api, Call
 from .schema.kind import Kind
 from .schema.openapi import openapi_document, openapi_index
+from .schema.openapi_v2 import SwaggerCache, wants_protobuf
 from .watch import open_watch
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,7 @@ class ApiApp:
         self.ready = ready
         self.rng = rng or random.Random()
         self._openapi_cache: dict[str, tuple[int, Any]] = {}
+        self._swagger = SwaggerCache()
 
     # ------------------------------------------------------------------ ASGI
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -233,6 +235,14 @@ class ApiApp:
         user = self._authenticate(scope, headers)
         if method == "GET" and path == "/metrics":  # any authenticated user, like discovery
             return Response(200, REGISTRY.render().encode(), content_type=Registry.CONTENT_TYPE)
+        if method == "GET" and path.rstrip("/") in ("/openapi/v2", "/swagger-2.0.0.pb-v1"):
+            # kubectl < 1.29 unmarshals the body as protobuf whatever it asked for (the legacy
+            # path is only asked for protobuf); like kube-openapi, the type is octet-stream, as
+            # Go's mime parser rejects the `@` of the protobuf media type.
+            if path.startswith("/swagger") or wants_protobuf(hdr.get("accept", "")):
+                pb = self._swagger.protobuf(self.api.registry)
+                return Response(200, pb, content_type="application/octet-stream")
+            return Response(200, self._swagger.json(self.api.registry))
         if method == "GET":
             doc = self._discovery(path)
             if doc is not None:

@@ -684,11 +684,6 @@ def test_other_kinds_round_trip(kube: Kubectl) -> None:
 
 # ---------------------------------------------------------------------------------- 14. versions
 VERSIONS = ["1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33"]
-NEEDS_OPENAPI_V2 = pytest.mark.xfail(
-    strict=True,
-    reason="kubectl < 1.29 downloads /openapi/v2 (protobuf) for apply validation and explain; "
-    "the server serves only OpenAPI v3",
-)
 
 
 def versioned(kube: Kubectl, version: str) -> Kubectl:
@@ -716,10 +711,7 @@ def test_kubectl_version_reads(k: Kubectl, version: str) -> None:
     assert {"pods", "deployments", "configmaps", "customresourcedefinitions"} <= names
 
 
-@pytest.mark.parametrize(
-    "version",
-    [pytest.param(v, marks=NEEDS_OPENAPI_V2) if v in ("1.27", "1.28") else v for v in VERSIONS],
-)
+@pytest.mark.parametrize("version", VERSIONS)
 def test_kubectl_version_apply_and_explain(k: Kubectl, version: str) -> None:
     kv = versioned(k, version)
     cm = kv.write(
