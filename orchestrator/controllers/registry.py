@@ -8,6 +8,7 @@ an event recorder); it returns the controllers to run until leadership is lost.
 from __future__ import annotations
 
 from .daemonset import daemonset_controller
+from .replicaset import replicaset_controller
 from .runtime.controller import Controller
 from .runtime.manager import ControllerContext
 
@@ -16,4 +17,4 @@ __all__ = ["default_controllers"]
 
 def default_controllers(ctx: ControllerContext) -> list[Controller]:
     """The built-in controllers (none yet)."""
-    return [daemonset_controller(ctx)]
+    return [daemonset_controller(ctx), replicaset_controller(ctx)]
