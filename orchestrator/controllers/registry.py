@@ -2,19 +2,20 @@
 
 `default_controllers(ctx)` is called each time this server becomes the Raft leader, with a
 fresh `ControllerContext` for that term (a fenced in-process client, a shared informer factory,
-an event recorder); it returns the controllers to run until leadership is lost.
+an event recorder); it returns the controllers to run until leadership is lost: `Controller`s
+and any other `Component` (an `async run(*, task_status)`), such as the `Scheduler`.
 """
 
 from __future__ import annotations
 
+from ..scheduler.scheduler import Scheduler
 from .daemonset import daemonset_controller
 from .replicaset import replicaset_controller
-from .runtime.controller import Controller
-from .runtime.manager import ControllerContext
+from .runtime.manager import Component, ControllerContext
 
 __all__ = ["default_controllers"]
 
 
-def default_controllers(ctx: ControllerContext) -> list[Controller]:
+def default_controllers(ctx: ControllerContext) -> list[Component]:
     """The built-in controllers (none yet)."""
-    return [daemonset_controller(ctx), replicaset_controller(ctx)]
+    return [daemonset_controller(ctx), replicaset_controller(ctx), Scheduler(ctx)]

@@ -29,7 +29,7 @@ while this manager runs controllers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -38,7 +38,6 @@ import trio
 from ...api.auth.authn import User
 from ...api.resources import Api
 from .client import InProcessClient
-from .controller import Controller
 from .events import EventRecorder
 from .informer import InformerFactory
 from .metrics import REGISTRY, Registry
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTROLLER_MANAGER_USER",
+    "Component",
     "ControllerContext",
     "ControllerManager",
     "ControllersFactory",
@@ -97,7 +97,14 @@ class ControllerContext:
     metrics: Registry
 
 
-ControllersFactory = Callable[[ControllerContext], list[Controller]]
+class Component(Protocol):
+    """What the manager runs for a term: a `Controller`, or any long-lived component with the
+    same `run` contract (the scheduler): started in the term's nursery, stopped by cancellation."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
+
+
+ControllersFactory = Callable[[ControllerContext], Sequence[Component]]
 
 
 class ControllerManager:
@@ -136,7 +143,7 @@ class ControllerManager:
         self._fence = fence
         self.term: int | None = None  # the term controllers run for, None when not running
         self.terms_led: list[int] = []
-        self.controllers: list[Controller] = []
+        self.controllers: list[Component] = []
         self._status = metrics.gauge(
             "leader_election_master_status",
             "1 while this process is the leader and runs the controllers",
@@ -176,7 +183,7 @@ class ControllerManager:
         informers = InformerFactory(client, resync=self.resync, metrics=self.metrics)
         events = EventRecorder(client, COMPONENT, self.host, metrics=self.metrics)
         ctx = ControllerContext(client, informers, events, term, self.metrics)
-        controllers = self.factory(ctx)
+        controllers = list(self.factory(ctx))
         self.controllers = controllers
         self.term = term
         self.terms_led.append(term)
