@@ -147,9 +147,33 @@ def qos_class(spec: Obj) -> str:
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+# The DefaultTolerationSeconds admission plugin: every pod tolerates a not-ready or unreachable
+# node for 300 s before the taint manager evicts it (unless it says otherwise).
+DEFAULT_TOLERATION_SECONDS = 300
+_DEFAULT_TOLERATION_KEYS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _default_tolerations(spec: Obj) -> None:
+    tolerations = dict_list(spec, "tolerations")
+    for key in _DEFAULT_TOLERATION_KEYS:
+        if not any(
+            t.get("key") in (key, None, "") and t.get("effect") in ("NoExecute", None, "")
+            for t in tolerations
+        ):
+            spec.setdefault("tolerations", []).append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+                }
+            )
+
+
 def default_pod(pod: Obj) -> None:
     spec = ensure(pod, "spec")
     default_pod_spec(spec)
+    _default_tolerations(spec)
     status = ensure(pod, "status")
     status.setdefault("phase", "Pending")
     status.setdefault("qosClass", qos_class(spec))
