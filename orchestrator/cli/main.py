@@ -150,6 +150,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from . import kube  # kubectl-like commands against the API server (apply, get, ...)
 
     kube.add_parsers(sub)
+    from ..bench import reconcile as bench_reconcile  # orchestrator bench reconcile
+
+    bench_reconcile.add_parser(sub)
     return p
 
 
@@ -326,6 +329,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "server":
             return _server(args)
+        if args.command == "bench":
+            from ..bench import reconcile as bench_reconcile
+
+            return bench_reconcile.main(args)
         from . import kube
 
         if args.command in kube.COMMANDS:

@@ -1,0 +1,1 @@
+"""Built-in benchmarks (`orchestrator bench ...`): whole-system measurements in one process."""
