@@ -22,12 +22,14 @@ Tolerations are the template's plus upstream's automatic DaemonSet ones: `not-re
 `disk-pressure`, `memory-pressure`, `pid-pressure`, `unschedulable` NoSchedule
 (`network-unavailable` too for hostNetwork pods). Node readiness is not checked, as upstream.
 
-Placement. Each pod gets upstream's required node affinity term
-`matchFields metadata.name In [node]` (replacing the template's matchFields in every term).
-Upstream then lets the default scheduler bind it; this repository's scheduler driver has not
-landed, so by default (`use_scheduler=False`) the controller also sets `spec.nodeName` and the
-pod is bound at creation. With `use_scheduler=True` it leaves binding to the scheduler; the
+Placement, as upstream since 1.12 (ScheduleDaemonSetPods): each pod gets the required node
+affinity term `matchFields metadata.name In [node]` (replacing the template's matchFields in
+every term) and the scheduler (`orchestrator.scheduler.scheduler.Scheduler`, run by the same
+manager) binds it, so resources, host ports and readiness are checked in one place. The
 planner finds a pod's node from `spec.nodeName` or, while unbound, from that affinity term.
+`use_scheduler=False` sets `spec.nodeName` at creation instead (for a manager without a
+scheduler). A pod left unbound for a node that is gone is deleted like any pod of a vanished
+node.
 
 Per node the planner then (manage):
 
@@ -431,7 +433,7 @@ class DaemonSetController:
         nodes: SharedInformer,
         events: EventRecorder,
         *,
-        use_scheduler: bool = False,
+        use_scheduler: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
@@ -560,7 +562,7 @@ class DaemonSetController:
         return errors
 
 
-def daemonset_controller(ctx: ControllerContext, *, use_scheduler: bool = False) -> Controller:
+def daemonset_controller(ctx: ControllerContext, *, use_scheduler: bool = True) -> Controller:
     """The DaemonSet controller for one term of leadership (registry entry)."""
     reconciler = DaemonSetController(
         ctx.client,
