@@ -12,10 +12,16 @@ from ..scheduler.scheduler import Scheduler
 from .daemonset import daemonset_controller
 from .replicaset import replicaset_controller
 from .runtime.manager import Component, ControllerContext
+from .statefulset import statefulset_controller
 
 __all__ = ["default_controllers"]
 
 
 def default_controllers(ctx: ControllerContext) -> list[Component]:
     """The built-in controllers (none yet)."""
-    return [daemonset_controller(ctx), replicaset_controller(ctx), Scheduler(ctx)]
+    return [
+        daemonset_controller(ctx),
+        replicaset_controller(ctx),
+        statefulset_controller(ctx),
+        Scheduler(ctx),
+    ]
