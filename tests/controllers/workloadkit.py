@@ -2,8 +2,6 @@
 
 * `Nodes`: simulated nodes (`orchestrator.sim.nodes.SimulatedNode`, which mark pods bound to them
   Running/Ready and finish deletions) that can join and leave while a test runs.
-* `binder`: a stand-in for the scheduler driver (not landed yet): binds every pending pod to a
-  node, round robin, as an admin.
 * `PodWatch`: the pods of a namespace as one watch stream shows them, with an invariant checked
   at every event (one stream sees writes in commit order, so "at every event" is meaningful).
 * `until`: poll a condition; callers hold the deadline with `trio.fail_after`.
@@ -11,7 +9,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +16,6 @@ import trio
 from api.apiharness import Harness
 
 from orchestrator.api.auth.authn import User
-from orchestrator.api.errors import ApiError
 from orchestrator.client.resource import NODES, PODS
 from orchestrator.controllers.runtime.client import InProcessClient
 from orchestrator.sim.nodes import SimulatedNode
@@ -89,36 +85,6 @@ class Nodes:
         """Stop the agent and delete its Node."""
         self.scopes.pop(name).cancel()
         await self.client.delete(NODES, name)
-
-
-async def binder(client: InProcessClient, nodes: Sequence[str], namespace: str) -> None:
-    """Bind pending pods of `namespace` to `nodes` round robin, until cancelled."""
-    targets = itertools.cycle(nodes)
-    while True:
-        listed = await client.list(PODS, namespace, field_selector="spec.nodeName=")
-        rv = str((listed.get("metadata") or {}).get("resourceVersion") or "")
-        pending = list(listed.get("items") or [])
-        try:
-            async with client.watch(
-                PODS, namespace, resource_version=rv, field_selector="spec.nodeName="
-            ) as events:
-                for pod in pending:
-                    await _bind(client, pod, next(targets))
-                async for etype, pod in events:
-                    if etype == "ADDED":
-                        await _bind(client, pod, next(targets))
-        except ApiError:
-            continue
-
-
-async def _bind(client: InProcessClient, pod: Obj, node: str) -> None:
-    if terminating(pod) or (pod.get("spec") or {}).get("nodeName"):
-        return
-    try:
-        await client.bind(pod, node)
-    except ApiError as exc:
-        if exc.code not in (404, 409):
-            raise
 
 
 class PodWatch:
