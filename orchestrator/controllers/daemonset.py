@@ -81,19 +81,21 @@ from ..scheduler import NodeInfo, PodInfo
 from ..scheduler.info import tolerates
 from ._workload import (
     REVISION_LABEL,
-    Expectations,
     available_in,
-    created_at,
-    is_available,
-    is_ready,
     is_terminating,
-    meta,
-    owner_reference,
     phase,
     scaled_value,
     slow_start,
     spec,
-    template_hash,
+)
+from .podutil import (
+    Expectations,
+    controller_ref,
+    creation_time,
+    is_pod_available,
+    is_pod_ready,
+    meta,
+    pod_template_hash,
 )
 from .runtime.client import Client
 from .runtime.controller import Controller, Result, enqueue_owner
@@ -213,7 +215,7 @@ def daemon_pod(ds: Obj, node: str, revision: str, *, bind: bool) -> Obj:
         "generateName": f"{ds_meta['name']}-",
         "namespace": ds_meta.get("namespace", ""),
         "labels": {**(t_meta.get("labels") or {}), REVISION_LABEL: revision},
-        "ownerReferences": [owner_reference({"kind": "DaemonSet", **ds})],
+        "ownerReferences": [controller_ref(ds, "apps/v1", "DaemonSet")],
     }
     if t_meta.get("annotations"):
         pod_meta["annotations"] = dict(t_meta["annotations"])
@@ -240,7 +242,7 @@ class DaemonSetPlan:
 
 
 def _oldest_first(pods: Iterable[Obj]) -> list[Obj]:
-    return sorted(pods, key=lambda p: (created_at(p), meta(p).get("name", "")))
+    return sorted(pods, key=lambda p: (creation_time(p), meta(p).get("name", "")))
 
 
 def plan_daemonset(
@@ -253,7 +255,7 @@ def plan_daemonset(
     eligible node of `nodes`, and the status the cache shows (module doc)."""
     ds_spec = spec(ds)
     template = ds_spec.get("template") or {}
-    revision = template_hash(template, int((ds.get("status") or {}).get("collisionCount") or 0))
+    revision = pod_template_hash(template, int((ds.get("status") or {}).get("collisionCount") or 0))
     plan = DaemonSetPlan(revision)
     t_spec = dict(template.get("spec") or {})
     t_spec["tolerations"] = daemon_tolerations(t_spec)
@@ -300,7 +302,7 @@ def plan_daemonset(
             if should_run:
                 current += 1
                 first = live[0]
-                if is_ready(first):
+                if is_pod_ready(first):
                     ready += 1
                     left = available_in(first, min_ready, now)
                     if left == 0.0:
@@ -371,10 +373,10 @@ def _replace(
         if (new is None) == (old is None):  # no pod, or old and new: manage's turn
             unavailable += 1
         elif new is not None:
-            if not is_available(new, min_ready, now):
+            if not is_pod_available(new, min_ready, now):
                 unavailable += 1
         elif old is not None:
-            if not is_available(old, min_ready, now):
+            if not is_pod_available(old, min_ready, now):
                 allowed.append(old)
             elif unavailable < max_unavailable:
                 candidates.append(old)
@@ -399,11 +401,11 @@ def _surge(
         if old is None:
             continue
         if new is None:
-            if not is_available(old, min_ready, now):
+            if not is_pod_available(old, min_ready, now):
                 allowed.append(name)
             elif surging < max_surge:
                 candidates.append(name)
-        elif not is_available(new, min_ready, now):
+        elif not is_pod_available(new, min_ready, now):
             surging += 1
         else:
             plan.delete.append(old)
@@ -496,7 +498,7 @@ class DaemonSetController:
         plan = plan_daemonset(ds, infos, pods, self.clock())
 
         errors: list[BaseException] = []
-        if self.expectations.satisfied(key, self.pods):
+        if self.expectations.satisfied(key, self.pods, self.clock()):
             errors = await self._act(key, ds, plan)
         if _status_changed(ds, plan.status):
             ns, name = key.split("/", 1)
@@ -525,7 +527,7 @@ class DaemonSetController:
                     ds, "Warning", "FailedCreate", f"Error creating: {exc.message} (node {node})"
                 )
                 raise
-            self.expectations.created(key, pod)
+            self.expectations.created(key, str(meta(pod).get("resourceVersion", "")), self.clock())
             self.events.record(
                 ds, "Normal", "SuccessfulCreate", f"Created pod: {meta(pod)['name']}"
             )
@@ -546,7 +548,9 @@ class DaemonSetController:
                 self.events.record(ds, "Warning", "FailedDelete", f"Error deleting: {exc.message}")
                 errors.append(exc)
                 return
-            self.expectations.deleted(key, pod)
+            self.expectations.deleted(
+                key, f"{m.get('namespace', '')}/{m['name']}", str(m.get("uid", "")), self.clock()
+            )
             self.events.record(ds, "Normal", "SuccessfulDelete", f"Deleted pod: {m['name']}")
 
         deletes: dict[str, tuple[Obj, int | None]] = {}

@@ -67,12 +67,10 @@ from ._workload import (
     available_in,
     is_running_and_ready,
     is_terminating,
-    meta,
-    owner_reference,
     phase,
     spec,
-    template_hash,
 )
+from .podutil import controller_ref, meta, pod_template_hash
 from .runtime.client import Client
 from .runtime.controller import Controller, Result, enqueue_owner
 from .runtime.events import EventRecorder
@@ -137,7 +135,7 @@ def stateful_pod(sts: Obj, template: Obj, ordinal: int, revision: str) -> Obj:
         "name": name,
         "namespace": s_meta.get("namespace", ""),
         "labels": labels,
-        "ownerReferences": [owner_reference({"kind": "StatefulSet", **sts})],
+        "ownerReferences": [controller_ref(sts, "apps/v1", "StatefulSet")],
     }
     if t_meta.get("annotations"):
         pod_meta["annotations"] = dict(t_meta["annotations"])
@@ -174,7 +172,7 @@ def plan_statefulset(
     set_name = str(s_meta.get("name") or "")
     have = sts.get("status") or {}
     collisions = int(have.get("collisionCount") or 0)
-    update_rev = f"{set_name}-{template_hash(s.get('template') or {}, collisions)}"
+    update_rev = f"{set_name}-{pod_template_hash(s.get('template') or {}, collisions)}"
     current_rev = str(have.get("currentRevision") or "") or update_rev
     plan = StatefulSetPlan(update_rev, current_rev)
     known = set(known_revisions) | {update_rev}
