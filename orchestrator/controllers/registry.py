@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..scheduler.scheduler import Scheduler
 from .daemonset import daemonset_controller
+from .deployment import deployment_controller
 from .replicaset import replicaset_controller
 from .runtime.manager import Component, ControllerContext
 from .statefulset import statefulset_controller
@@ -21,6 +22,7 @@ def default_controllers(ctx: ControllerContext) -> list[Component]:
     """The built-in controllers (none yet)."""
     return [
         daemonset_controller(ctx),
+        deployment_controller(ctx),
         replicaset_controller(ctx),
         statefulset_controller(ctx),
         Scheduler(ctx),

@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.lowlevel
 from api.apiharness import Harness, api_server
-from workloads import FakeKubelet, admin_client, until_async
+from workloads import admin_client, start_nodes, until_async
 
 from orchestrator.api.errors import ApiError
 from orchestrator.api.selectors import parse_label_selector
@@ -30,6 +30,7 @@ from orchestrator.controllers.replicaset import (
     slow_start_batches,
 )
 from orchestrator.controllers.runtime.client import PODS, REPLICASETS, InProcessClient
+from orchestrator.controllers.runtime.controller import Controller
 from orchestrator.controllers.runtime.informer import NAMESPACE_INDEX, OWNER_INDEX, object_key
 
 Obj = dict[str, Any]
@@ -230,7 +231,7 @@ async def test_scale_up_down_and_replace(h: Harness) -> None:
     client = admin_client(h)
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            await nursery.start(FakeKubelet(client).run)
+            await start_nodes(nursery, h)
             rs = await client.create(REPLICASETS, replicaset("web", 3))
             rs = await wait_status(
                 client, "web", replicas=3, readyReplicas=3, availableReplicas=3,
@@ -355,7 +356,9 @@ async def test_burst_of_syncs_creates_exactly(h: Harness) -> None:
     assert manager is not None
     with trio.fail_after(60):
         await until_async(_async_true(lambda: bool(manager.controllers)))
-        (controller,) = [c for c in manager.controllers if c.name == "replicaset"]
+        (controller,) = [
+            c for c in manager.controllers if isinstance(c, Controller) and c.name == "replicaset"
+        ]
         rs = await client.create(REPLICASETS, replicaset("burst", 20, app="burst"))
         for _ in range(50):
             controller.enqueue("default/burst")
@@ -380,7 +383,7 @@ async def test_adopts_orphans_and_releases_pods_that_stop_matching(h: Harness) -
     rng = random.Random(7)
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            await nursery.start(FakeKubelet(client).run)
+            await start_nodes(nursery, h)
             orphans = []
             for i in range(2):
                 pod = {
