@@ -861,6 +861,12 @@ class _OursTarget:
         self.leader = self.cluster.wait_leader_blocking(within=30)
         self.follower = next((i for i in range(self.n) if i != self.leader), self.leader)
 
+    def _profiled(self, args: argparse.Namespace) -> int:
+        """The server to profile: the leader, or (--profile-role follower) the next one."""
+        if args.profile_role == "follower" and len(self.cluster.servers) > 1:
+            return (self.leader + 1) % len(self.cluster.servers)
+        return self.leader
+
     def run(self, c: int, args: argparse.Namespace, *, profile: bool) -> dict[str, Any]:
         cl = self.cluster
         others = [ep for i, ep in enumerate(cl.endpoints) if i != self.leader]
@@ -873,7 +879,7 @@ class _OursTarget:
             None if args.no_watch else cl.endpoint(self.follower),
             [cl.pid(i) for i in cl.running()],
             args,
-            profile_pid=cl.pid(self.leader) if profile else None,
+            profile_pid=cl.pid(self._profiled(args)) if profile else None,
         )
         cl.check_alive()
         if trio.run(cl.leader_index) != self.leader:
@@ -1094,6 +1100,12 @@ def main() -> int:
         "--profile",
         metavar="S:C",
         help="py-spy our leader during the point with S servers, concurrency C",
+    )
+    ap.add_argument(
+        "--profile-role",
+        choices=["leader", "follower"],
+        default="leader",
+        help="which server --profile records",
     )
     ap.add_argument(
         "--py-spy-args",

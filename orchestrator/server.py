@@ -5,6 +5,7 @@ Runs until cancelled or until SIGTERM/SIGINT, then shuts down cleanly (databases
 
 from __future__ import annotations
 
+import gc
 import logging
 import secrets
 import signal
@@ -134,10 +135,24 @@ class Server:
         log.info("server %d joined through %s as learner %s", self.node.id, endpoint, advertise)
 
 
+# Cyclic GC: a server allocates many short-lived containers per request (entries, messages,
+# dicts); at CPython's default gen-0 threshold (700) the collector took ~8% of a server's CPU
+# under write load (perf). Almost nothing here forms cycles, so collect far less often, and
+# move everything alive after start-up out of the collector's sight.
+GC_THRESHOLDS = (50_000, 20, 20)
+
+
+def tune_gc() -> None:
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 async def serve_until_signalled(opts: ServerOptions) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(Server(opts).run)
+            tune_gc()
             async for signum in signals:
                 log.info("received %s: shutting down", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
