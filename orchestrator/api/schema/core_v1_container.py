@@ -43,7 +43,10 @@ CONTAINER_PORT = obj(
         "containerPort": integer("Port number on the pod's IP (1-65535)."),
         "hostPort": integer("Port to expose on the node's IP; rarely needed."),
         "hostIP": string("Node IP to bind the host port to."),
-        "protocol": string("Transport protocol; TCP by default.", enum=("TCP", "UDP", "SCTP")),
+        # A list-map key: its schema default lets server-side apply match an item without it.
+        "protocol": string(
+            "Transport protocol; TCP by default.", default="TCP", enum=("TCP", "UDP", "SCTP")
+        ),
     },
     required=("containerPort",),
     name=f"{V1}.ContainerPort",

@@ -58,7 +58,7 @@ SERVICE_PORT = obj(
     "A port the service exposes.",
     {
         "name": string("Port name; required when there are several ports."),
-        "protocol": string("Transport protocol; TCP by default.", enum=PROTOCOLS),
+        "protocol": string("Transport protocol; TCP by default.", default="TCP", enum=PROTOCOLS),
         "appProtocol": string("Application protocol hint, e.g. http or kubernetes.io/h2c."),
         "port": integer("Port the service listens on."),
         "targetPort": int_or_string("Pod port number or named port; `port` by default."),
