@@ -64,7 +64,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..api.errors import ApiError
@@ -640,7 +640,6 @@ class _Sync:
     conditions: list[Obj]
     revision: str | None = None  # the revision annotation the Deployment should carry
     collision_bump: bool = False
-    extra: list[str] = field(default_factory=list)
 
 
 class DeploymentReconciler:
@@ -668,6 +667,15 @@ class DeploymentReconciler:
             self.events.record(obj, etype, reason, message)
 
     async def reconcile(self, key: str) -> Result:
+        try:
+            return await self._reconcile(key)
+        except ApiError as exc:
+            if exc.code == 409:  # a write based on a stale cache: retry on fresher data
+                log.debug("deployment %s: %s; retrying", key, exc)
+                return Result(requeue=True)
+            raise
+
+    async def _reconcile(self, key: str) -> Result:
         cached = self.deployments.get(key)
         if cached is None:
             return Result()

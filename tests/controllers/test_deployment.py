@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 from api.apiharness import Harness, api_server
-from workloads import admin_client, start_nodes, until_async
+from workloads import NOWHERE, admin_client, patch, start_nodes, until_async
 
 from orchestrator.controllers.deployment import (
     DESIRED_REPLICAS_ANNOTATION,
@@ -302,12 +302,12 @@ async def test_create_scale_and_rollout_status_conditions(h: Harness) -> None:
                 == f'ReplicaSet "{only["metadata"]["name"]}" has successfully progressed.'
             )
 
-            await client.patch(DEPLOYMENTS, "web", {"spec": {"replicas": 5}}, NS)
+            await patch(client, DEPLOYMENTS, "web", {"spec": {"replicas": 5}}, NS)
             d = await wait_rollout(client, "web")
             (only,) = await replicasets_of(client, d)
             assert only["spec"]["replicas"] == 5
             assert only["metadata"]["annotations"][DESIRED_REPLICAS_ANNOTATION] == "5"
-            await client.patch(DEPLOYMENTS, "web", {"spec": {"replicas": 1}}, NS)
+            await patch(client, DEPLOYMENTS, "web", {"spec": {"replicas": 1}}, NS)
             d = await wait_rollout(client, "web")
             (only,) = await replicasets_of(client, d)
             assert only["spec"]["replicas"] == 1
@@ -391,7 +391,7 @@ async def test_rolling_update_stays_within_bounds_and_rolls_back(h: Harness) -> 
             template_v2 = {
                 "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:2"}]}}}
             }
-            await client.patch(DEPLOYMENTS, "roll", template_v2, NS)
+            await patch(client, DEPLOYMENTS, "roll", template_v2, NS)
             d = await wait_rollout(client, "roll")
             assert d["metadata"]["annotations"][REVISION_ANNOTATION] == "2"
             rss = await replicasets_of(client, d)
@@ -404,7 +404,8 @@ async def test_rolling_update_stays_within_bounds_and_rolls_back(h: Harness) -> 
             old = by_rev["1"]
             template = copy.deepcopy(old["spec"]["template"])
             del template["metadata"]["labels"][POD_TEMPLATE_HASH_LABEL]
-            await client.patch(
+            await patch(
+                client,
                 DEPLOYMENTS,
                 "roll",
                 [{"op": "replace", "path": "/spec/template", "value": template}],
@@ -424,4 +425,159 @@ async def test_rolling_update_stays_within_bounds_and_rolls_back(h: Harness) -> 
             assert watcher.violations == []
             assert watcher.min_available >= 3
             assert watcher.max_spec <= 5
+            nursery.cancel_scope.cancel()
+
+
+def image_patch(image: str, **pod_spec: Any) -> Obj:
+    return {
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": image}], **pod_spec}}}
+    }
+
+
+async def test_restart_and_revision_history(h: Harness) -> None:
+    client = admin_client(h)
+    with trio.fail_after(90):
+        async with trio.open_nursery() as nursery:
+            await start_nodes(nursery, h)
+            await client.create(DEPLOYMENTS, deployment("hist", 2, revisionHistoryLimit=1))
+            await wait_rollout(client, "hist")
+            # kubectl rollout restart
+            restart = {"kubectl.kubernetes.io/restartedAt": "2025-01-01T00:00:00Z"}
+            restart_patch = {"spec": {"template": {"metadata": {"annotations": restart}}}}
+            await patch(client, DEPLOYMENTS, "hist", restart_patch, NS)
+            d = await wait_rollout(client, "hist")
+            assert d["metadata"]["annotations"][REVISION_ANNOTATION] == "2"
+            assert len(await replicasets_of(client, d)) == 2
+            for image in ("nginx:2", "nginx:3"):
+                await patch(client, DEPLOYMENTS, "hist", image_patch(image), NS)
+                d = await wait_rollout(client, "hist")
+
+            async def pruned() -> list[Obj] | None:
+                rss = await replicasets_of(client, d)
+                return rss if len(rss) == 2 else None  # the new one + revisionHistoryLimit 1
+
+            rss = await until_async(pruned)
+            revisions = sorted(int(r["metadata"]["annotations"][REVISION_ANNOTATION]) for r in rss)
+            assert revisions == [3, 4]
+            nursery.cancel_scope.cancel()
+
+
+async def test_pause_and_resume(h: Harness) -> None:
+    client = admin_client(h)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await start_nodes(nursery, h)
+            await client.create(DEPLOYMENTS, deployment("paused", 2))
+            await wait_rollout(client, "paused")
+            await patch(client, DEPLOYMENTS, "paused", {"spec": {"paused": True}}, NS)
+            await patch(client, DEPLOYMENTS, "paused", image_patch("nginx:2"), NS)
+
+            async def observed_paused() -> Obj | None:
+                d = await client.get(DEPLOYMENTS, "paused", NS)
+                cond = condition(d, "Progressing")
+                seen = d["status"].get("observedGeneration") == d["metadata"]["generation"]
+                return d if seen and cond and cond["reason"] == "DeploymentPaused" else None
+
+            d = await until_async(observed_paused)
+            cond = condition(d, "Progressing")
+            assert cond is not None
+            assert (cond["status"], cond["message"]) == ("Unknown", "Deployment is paused")
+            assert len(await replicasets_of(client, d)) == 1  # no rollout while paused
+            # Scaling still works while paused.
+            await patch(client, DEPLOYMENTS, "paused", {"spec": {"replicas": 3}}, NS)
+
+            async def scaled() -> bool:
+                (only,) = await replicasets_of(client, d)
+                return bool(only["spec"]["replicas"] == 3)
+
+            await until_async(scaled)
+            assert len(await replicasets_of(client, d)) == 1
+
+            await patch(client, DEPLOYMENTS, "paused", {"spec": {"paused": False}}, NS)
+            d = await wait_rollout(client, "paused")
+            rss = await replicasets_of(client, d)
+            assert len(rss) == 2
+            assert d["status"]["updatedReplicas"] == 3
+            nursery.cancel_scope.cancel()
+
+
+async def test_progress_deadline_and_scaling_a_stuck_rollout(h: Harness) -> None:
+    client = admin_client(h)
+    strategy = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}}
+    with trio.fail_after(90):
+        async with trio.open_nursery() as nursery:
+            await start_nodes(nursery, h)
+            spec = {"strategy": strategy, "progressDeadlineSeconds": 2}
+            await client.create(DEPLOYMENTS, deployment("stuck", 4, **spec))
+            await wait_rollout(client, "stuck")
+            # A template whose pods can never be scheduled: the rollout stalls at old 3 / new 2.
+            await patch(
+                client, DEPLOYMENTS, "stuck", image_patch("nginx:2", nodeSelector=NOWHERE), NS
+            )
+
+            async def timed_out() -> Obj | None:
+                d = await client.get(DEPLOYMENTS, "stuck", NS)
+                cond = condition(d, "Progressing")
+                return d if cond and cond["reason"] == "ProgressDeadlineExceeded" else None
+
+            d = await until_async(timed_out)
+            cond = condition(d, "Progressing")
+            assert cond is not None
+            assert cond["status"] == "False"
+            assert cond["message"].endswith("has timed out progressing.")
+            avail = condition(d, "Available")
+            assert avail is not None
+            assert (avail["status"], avail["reason"]) == ("True", "MinimumReplicasAvailable")
+            sizes = sorted(r["spec"]["replicas"] for r in await replicasets_of(client, d))
+            assert sizes == [2, 3]
+
+            # Scaling mid-rollout is proportional: 5 -> 9 (8 + maxSurge 1) as 5 old / 4 new
+            # (3 * 9/5 = 5.4 -> 5, 2 * 9/5 = 3.6 -> 4).
+            await patch(client, DEPLOYMENTS, "stuck", {"spec": {"replicas": 8}}, NS)
+
+            async def proportional() -> list[Obj] | None:
+                rss = await replicasets_of(client, d)
+                return rss if sum(r["spec"]["replicas"] for r in rss) == 9 else None
+
+            rss = await until_async(proportional)
+            by_revision = {r["metadata"]["annotations"][REVISION_ANNOTATION]: r for r in rss}
+            assert by_revision["1"]["spec"]["replicas"] == 5
+            assert by_revision["2"]["spec"]["replicas"] == 4
+            assert all(
+                r["metadata"]["annotations"][DESIRED_REPLICAS_ANNOTATION] == "8" for r in rss
+            )
+            assert all(r["metadata"]["annotations"][MAX_REPLICAS_ANNOTATION] == "9" for r in rss)
+
+            # A fixed template completes the rollout at the new size.
+            fixed = image_patch("nginx:3", nodeSelector=None)  # a merge patch: None removes it
+            await patch(client, DEPLOYMENTS, "stuck", fixed, NS)
+            d = await wait_rollout(client, "stuck")
+            assert d["status"]["availableReplicas"] == 8
+            nursery.cancel_scope.cancel()
+
+
+async def test_recreate_never_runs_old_and_new_together(h: Harness) -> None:
+    client = admin_client(h)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await start_nodes(nursery, h)
+            spec = {"strategy": {"type": "Recreate"}}
+            await client.create(DEPLOYMENTS, deployment("recreate", 3, **spec))
+            await wait_rollout(client, "recreate")
+            pods = SharedInformer(client, PODS, NS, "app=recreate", metrics=Registry())
+            mixed: list[set[str]] = []
+
+            def check(*_: Any) -> None:
+                hashes = {p["metadata"]["labels"][POD_TEMPLATE_HASH_LABEL] for p in pods.list()}
+                if len(hashes) > 1:
+                    mixed.append(hashes)
+
+            pods.add_event_handler(on_add=check, on_update=check, on_delete=check)
+            await nursery.start(pods.run)
+            await patch(client, DEPLOYMENTS, "recreate", image_patch("nginx:2"), NS)
+            d = await wait_rollout(client, "recreate")
+            assert mixed == []
+            assert len(pods.list()) == 3
+            rss = await replicasets_of(client, d)
+            assert sorted(r["spec"]["replicas"] for r in rss) == [0, 3]
             nursery.cancel_scope.cancel()

@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.lowlevel
 from api.apiharness import Harness, api_server
-from workloads import admin_client, start_nodes, until_async
+from workloads import admin_client, patch, start_nodes, until_async
 
 from orchestrator.api.errors import ApiError
 from orchestrator.api.selectors import parse_label_selector
@@ -263,12 +263,12 @@ async def test_scale_up_down_and_replace(h: Harness) -> None:
             await until_async(replaced)
             await wait_status(client, "web", replicas=3, readyReplicas=3)
 
-            await client.patch(REPLICASETS, "web", {"spec": {"replicas": 5}}, NS)
+            await patch(client, REPLICASETS, "web", {"spec": {"replicas": 5}}, NS)
             await wait_status(client, "web", replicas=5, availableReplicas=5)
-            await client.patch(REPLICASETS, "web", {"spec": {"replicas": 1}}, NS)
+            await patch(client, REPLICASETS, "web", {"spec": {"replicas": 1}}, NS)
             await wait_status(client, "web", replicas=1, availableReplicas=1)
             assert len(await owned_pods(client, rs)) == 1
-            await client.patch(REPLICASETS, "web", {"spec": {"replicas": 0}}, NS)
+            await patch(client, REPLICASETS, "web", {"spec": {"replicas": 0}}, NS)
             await wait_status(client, "web", replicas=0)
             assert await owned_pods(client, rs) == []
             nursery.cancel_scope.cancel()
@@ -401,7 +401,7 @@ async def test_adopts_orphans_and_releases_pods_that_stop_matching(h: Harness) -
             assert set(orphans) <= names  # adopted, so only one pod was created
 
             released = orphans[0]
-            await client.patch(PODS, released, {"metadata": {"labels": {"app": "gone"}}}, NS)
+            await patch(client, PODS, released, {"metadata": {"labels": {"app": "gone"}}}, NS)
 
             async def released_and_replaced() -> bool:
                 pod = await client.get(PODS, released, NS)

@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from orchestrator.api.auth.authn import User
+from orchestrator.api.errors import ApiError
 from orchestrator.controllers.runtime.client import InProcessClient
 from orchestrator.sim.nodes import SimulatedCluster
 
@@ -29,6 +30,20 @@ NOWHERE = {"example.com/no-such-node": "true"}  # a nodeSelector no simulated no
 def admin_client(h: Any) -> InProcessClient:
     assert h.server.api is not None
     return InProcessClient(h.server.api.api, ADMIN)
+
+
+async def patch(client: InProcessClient, res: Any, name: str, body: Any, ns: str, **kw: Any) -> Obj:
+    """A user's patch, retried on 409: the server answers a patch that raced another write with
+    a Conflict instead of re-applying it (orchestrator/api/resources.py `_guaranteed_update`
+    takes the live object's resourceVersion as the patch's precondition)."""
+    while True:
+        try:
+            result: Obj = await client.patch(res, name, body, ns, **kw)
+            return result
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+            await trio.sleep(0.01)
 
 
 async def until(predicate: Callable[[], bool]) -> None:
