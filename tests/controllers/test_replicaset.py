@@ -13,6 +13,7 @@ import pytest
 import trio
 import trio.lowlevel
 from api.apiharness import Harness, api_server
+from ctlharness import controller_server
 from workloads import admin_client, patch, start_nodes, until_async
 
 from orchestrator.api.errors import ApiError
@@ -325,8 +326,21 @@ async def test_slow_start_stops_at_the_first_failing_batch() -> None:
     assert client.creates == 7
 
 
-async def test_lagging_cache_never_double_creates(h: Harness) -> None:
-    client = admin_client(h)
+async def test_lagging_cache_never_double_creates() -> None:
+    # A server running no controllers (no GC to collect pods of this cache-only ReplicaSet).
+    async with controller_server(lambda ctx: [Idle()]) as env:
+        await _lagging_cache(env.client)
+
+
+class Idle:
+    """A component that does nothing (the harness waits for at least one)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await trio.sleep_forever()
+
+
+async def _lagging_cache(client: InProcessClient) -> None:
     rs = ghost(3, uid="lagging-uid")
     pods = FakeCache(rv="0")  # a watch that has seen nothing yet
     rec = ReplicaSetReconciler(client, FakeCache([rs]), pods)
