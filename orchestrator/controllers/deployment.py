@@ -71,12 +71,14 @@ from ..api.errors import ApiError
 from ..api.schema.columns import now_rfc3339, parse_rfc3339
 from ..api.selectors import LabelSelector, from_label_selector_object
 from .podutil import (
+    ORPHAN_INDEX,
     POD_TEMPLATE_HASH_LABEL,
     Cache,
     Obj,
     claim,
     controller_ref,
     creation_time,
+    ensure_orphan_index,
     int_value,
     labels_of,
     meta,
@@ -717,9 +719,8 @@ class DeploymentReconciler:
         uid = str(meta(d).get("uid") or "")
         ns = str(meta(d).get("namespace") or "")
         candidates = {object_key(r): r for r in self.replicasets.by_index(OWNER_INDEX, uid)}
-        for rs in self.replicasets.by_index(NAMESPACE_INDEX, ns):
-            if controller_of(rs) is None:
-                candidates.setdefault(object_key(rs), rs)
+        for rs in self.replicasets.by_index(ORPHAN_INDEX, ns):
+            candidates.setdefault(object_key(rs), rs)
         claims = claim(d, selector, candidates.values())
         adopted = {id(r) for r in claims.adopt}
         if claims.adopt:
@@ -1133,6 +1134,7 @@ def deployment_controller(ctx: ControllerContext, *, workers: int = DEFAULT_WORK
     """The Deployment controller for one term of leadership (see the module doc)."""
     deployments = ctx.informers.informer(DEPLOYMENTS)
     replicasets = ctx.informers.informer(REPLICASETS)
+    ensure_orphan_index(replicasets)
     pods = ctx.informers.informer(PODS)
     reconciler = DeploymentReconciler(ctx.client, deployments, replicasets, pods, ctx.events)
     controller = Controller("deployment", reconciler, workers, metrics=ctx.metrics)

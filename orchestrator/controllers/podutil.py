@@ -40,6 +40,7 @@ nothing for it (it still writes status), so a lagging watch can never cause doub
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ from ..api.selectors import LabelSelector
 
 __all__ = [
     "EXPECTATIONS_TIMEOUT",
+    "ORPHAN_INDEX",
     "POD_TEMPLATE_HASH_LABEL",
     "Cache",
     "Claims",
@@ -58,6 +60,7 @@ __all__ = [
     "claim",
     "controller_ref",
     "creation_time",
+    "ensure_orphan_index",
     "int_value",
     "is_pod_active",
     "is_pod_available",
@@ -227,6 +230,23 @@ def claim(
         out.adopt.append(obj)
         out.owned.append(obj)
     return out
+
+
+ORPHAN_INDEX = "workloads:orphans-by-namespace"
+
+
+def orphan_namespace(obj: Obj) -> list[str]:
+    """Indexer: the namespace of an object without a controller reference (adoption
+    candidates), so a sync looks at its orphans instead of at the whole namespace."""
+    if _controller_uid(obj) is not None:
+        return []
+    return [str(meta(obj).get("namespace") or "")]
+
+
+def ensure_orphan_index(informer: Any) -> None:
+    """Add `ORPHAN_INDEX` to a shared informer once (several controllers may share it)."""
+    with contextlib.suppress(ValueError):  # already there
+        informer.add_indexer(ORPHAN_INDEX, orphan_namespace)
 
 
 # ------------------------------------------------------------------------------ expectations

@@ -52,12 +52,14 @@ from ..api.errors import ApiError
 from ..api.schema.columns import now_rfc3339
 from ..api.selectors import LabelSelector, from_label_selector_object
 from .podutil import (
+    ORPHAN_INDEX,
     Cache,
     Expectations,
     Obj,
     claim,
     controller_ref,
     creation_time,
+    ensure_orphan_index,
     int_value,
     is_pod_active,
     is_pod_available,
@@ -248,9 +250,8 @@ class ReplicaSetReconciler:
     async def _claim(self, rs: Obj, selector: LabelSelector, ns: str) -> list[Obj]:
         uid = str(meta(rs).get("uid") or "")
         candidates = {object_key(p): p for p in self.pods.by_index(OWNER_INDEX, uid)}
-        for pod in self.pods.by_index(NAMESPACE_INDEX, ns):
-            if controller_of(pod) is None:
-                candidates.setdefault(object_key(pod), pod)
+        for pod in self.pods.by_index(ORPHAN_INDEX, ns):
+            candidates.setdefault(object_key(pod), pod)
         claims = claim(rs, selector, candidates.values())
         if claims.adopt:
             fresh = await self.client.get(REPLICASETS, str(meta(rs).get("name")), ns)
@@ -440,6 +441,7 @@ def replicaset_controller(
     """The ReplicaSet controller for one term of leadership (see the module doc)."""
     rs_informer = ctx.informers.informer(REPLICASETS)
     pod_informer = ctx.informers.informer(PODS)
+    ensure_orphan_index(pod_informer)
     reconciler = ReplicaSetReconciler(
         ctx.client, rs_informer, pod_informer, ctx.events, burst=burst
     )

@@ -19,9 +19,11 @@ from workloads import admin_client, patch, start_nodes, until_async
 from orchestrator.api.errors import ApiError
 from orchestrator.api.selectors import parse_label_selector
 from orchestrator.controllers.podutil import (
+    ORPHAN_INDEX,
     Expectations,
     claim,
     is_pod_available,
+    orphan_namespace,
     pod_template_hash,
     safe_encode,
 )
@@ -132,6 +134,8 @@ class FakeCache:
         for o in self.objs.values():
             m = o["metadata"]
             if name == NAMESPACE_INDEX and m.get("namespace") == value:
+                out.append(o)
+            if name == ORPHAN_INDEX and orphan_namespace(o) == [value]:
                 out.append(o)
             if name == OWNER_INDEX and any(
                 r.get("controller") and r.get("uid") == value
