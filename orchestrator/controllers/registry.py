@@ -11,6 +11,10 @@ from __future__ import annotations
 from ..scheduler.scheduler import Scheduler
 from .daemonset import daemonset_controller
 from .deployment import deployment_controller
+from .endpoints import endpoints_controller
+from .gc import garbage_collector
+from .namespace import namespace_controller
+from .nodelifecycle import node_lifecycle_controllers
 from .replicaset import replicaset_controller
 from .runtime.manager import Component, ControllerContext
 from .statefulset import statefulset_controller
@@ -26,4 +30,8 @@ def default_controllers(ctx: ControllerContext) -> list[Component]:
         replicaset_controller(ctx),
         statefulset_controller(ctx),
         Scheduler(ctx),
+        garbage_collector(ctx),
+        namespace_controller(ctx),
+        *node_lifecycle_controllers(ctx),
+        endpoints_controller(ctx),
     ]
