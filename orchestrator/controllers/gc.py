@@ -581,6 +581,7 @@ class GarbageCollector(Controller):
             live = await self._get(res, ns, name, uid)
             if live is None or not change(live):
                 return
+            log.info("garbage collector: updating %s %s/%s", res.group_resource, ns, name)
             try:
                 await self.client.update(res, live)
                 return
