@@ -15,9 +15,10 @@ import trio.lowlevel
 from ctlharness import Env, controller_server, eventually
 
 from orchestrator.client import ResourceInfo
+from orchestrator.controllers.deployment import deployment_controller
 from orchestrator.controllers.gc import FOREGROUND, GarbageCollector, Graph, garbage_collector
 from orchestrator.controllers.replicaset import replicaset_controller
-from orchestrator.controllers.runtime.client import CONFIGMAPS, PODS, REPLICASETS
+from orchestrator.controllers.runtime.client import CONFIGMAPS, DEPLOYMENTS, PODS, REPLICASETS
 from orchestrator.controllers.runtime.informer import DeletedFinalStateUnknown
 from orchestrator.controllers.runtime.manager import Component, ControllerContext
 
@@ -349,3 +350,68 @@ async def test_replicaset_and_its_pods_are_collected_together() -> None:
 
             await eventually(no_pods)
             assert await env.get_or_none(REPLICASETS, "rs", NS) is None
+
+
+async def test_deployment_deleted_with_each_policy() -> None:
+    """Deployment -> ReplicaSet -> pods, made by the real controllers (pods stay Pending: no
+    scheduler), deleted with Background, Foreground and Orphan."""
+
+    def factory(ctx: ControllerContext) -> Sequence[Component]:
+        return [
+            garbage_collector(ctx, workers=4),
+            deployment_controller(ctx),
+            replicaset_controller(ctx),
+        ]
+
+    async def family(env: Env, app: str) -> tuple[list[Obj], list[Obj]]:
+        rss = (await env.client.list(REPLICASETS, NS, label_selector=f"app={app}"))["items"]
+        pods = (await env.client.list(PODS, NS, label_selector=f"app={app}"))["items"]
+        return rss, pods
+
+    async def deploy(env: Env, app: str) -> None:
+        labels = {"app": app}
+        await env.client.create(
+            DEPLOYMENTS,
+            {
+                "metadata": {"name": app, "namespace": NS},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+                    },
+                },
+            },
+        )
+
+        async def up() -> bool:
+            rss, pods = await family(env, app)
+            return len(rss) == 1 and len(pods) == 2
+
+        await eventually(up)
+
+    async with controller_server(factory) as env:
+        with trio.fail_after(60):
+            for app in ("bg", "fg", "orphan"):
+                await deploy(env, app)
+            await env.client.delete(DEPLOYMENTS, "bg", NS)
+            await env.client.delete(DEPLOYMENTS, "fg", NS, propagation_policy="Foreground")
+            await env.client.delete(DEPLOYMENTS, "orphan", NS, propagation_policy="Orphan")
+
+            async def all_gone(app: str) -> bool:
+                rss, pods = await family(env, app)
+                d = await env.get_or_none(DEPLOYMENTS, app, NS)
+                return d is None and not rss and not pods
+
+            await eventually(partial(all_gone, "bg"))
+            await eventually(partial(all_gone, "fg"))
+            await eventually(partial(gone, env, DEPLOYMENTS, "orphan"))
+            rss, pods = await family(env, "orphan")
+            assert len(rss) == 1
+            assert not rss[0]["metadata"].get("ownerReferences")
+            assert len(pods) == 2  # still owned by their (orphaned) ReplicaSet
+            assert all(
+                p["metadata"]["ownerReferences"][0]["uid"] == rss[0]["metadata"]["uid"]
+                for p in pods
+            )
