@@ -20,7 +20,6 @@ Namespace: the last of `metadata.finalizers` and `spec.finalizers`).
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from . import errors
 from .auth.authn import User
 from .auth.authz import Attributes, admit_node, authorize, may_write_status
 from .errors import ApiError, Cause
+from .jsonvalue import copy_json
 from .patch.apply import server_side_apply, track_update
 from .patch.jsonpatch import apply_json_patch
 from .patch.mergepatch import apply_merge_patch
@@ -368,7 +368,8 @@ class Api:
         precondition = _client_rv(body)
 
         def mutate(live: Obj) -> Obj:
-            return copy.deepcopy(body)
+            fresh: Obj = copy_json(body)
+            return fresh
 
         obj = await self._guaranteed_update(call, kind, ns, name, sub, mutate, precondition)
         return obj, False
@@ -479,7 +480,7 @@ class Api:
         """Read, mutate, admit and compare-and-swap until it sticks (see the module doc)."""
         for _ in range(MAX_UPDATE_ATTEMPTS):
             live = await self.objects.get(kind, ns, name)
-            proposed = mutate(copy.deepcopy(live))
+            proposed = mutate(copy_json(live))
             wanted = precondition if precondition is not None else _client_rv(proposed)
             if wanted is not None and wanted != _rv(live):
                 raise errors.conflict(kind.plural, kind.group, name)
@@ -508,16 +509,21 @@ class Api:
             try:
                 if (
                     meta.get("deletionTimestamp")
-                    and not meta.get("finalizers")
-                    and not _namespace_finalizers(kind, obj)
+                    and _finalizing(kind, live)
+                    and not _finalizing(kind, obj)
                 ):
+                    # This update removed the last finalizer: the deletion completes. (A pod
+                    # being deleted gracefully has none to remove: updates leave it in place.)
                     await self.objects.delete(kind, ns, name, _rv(live))
                     self._after_write(kind, obj, deleted=True)
                     return self._present(kind, obj)
                 stored = await self.objects.update(kind, obj, _rv(live))
             except ApiError as exc:
-                if exc.code == 409 and exc.reason == "Conflict" and wanted is None:
-                    continue  # someone else wrote meanwhile: recompute on the new state
+                if exc.code == 409 and exc.reason == "Conflict" and precondition is None:
+                    # Someone else wrote meanwhile: recompute on the new state. A patch that
+                    # named a resourceVersion fails the check above on the next round (the live
+                    # one moved on); one that did not just inherited the live one.
+                    continue
                 raise
             self._after_write(kind, stored)
             return self._present(kind, stored)
@@ -574,7 +580,7 @@ class Api:
 
     def _deleting(self, kind: Kind, live: Obj, opts: Obj) -> Obj | None:
         """The object marked for deletion, or None when it can go right away."""
-        obj = copy.deepcopy(live)
+        obj: Obj = copy_json(live)
         meta = obj["metadata"]
         finalizers = list(meta.get("finalizers") or [])
         policy = opts.get("propagationPolicy")
@@ -772,6 +778,11 @@ def _namespace_finalizers(kind: Kind, obj: Obj) -> bool:
     return (kind.group, kind.plural) == _NAMESPACES and bool(
         (obj.get("spec") or {}).get("finalizers")
     )
+
+
+def _finalizing(kind: Kind, obj: Obj) -> bool:
+    """Whether finalizers still hold the object (its metadata's, or a Namespace's spec's)."""
+    return bool(obj["metadata"].get("finalizers")) or _namespace_finalizers(kind, obj)
 
 
 def _finished(pod: Obj) -> bool:

@@ -15,10 +15,10 @@ The rules every kind shares, in one place:
 
 from __future__ import annotations
 
-import copy
 import uuid
 from typing import Any
 
+from .jsonvalue import copy_json
 from .schema.kind import Kind
 
 Obj = dict[str, Any]
@@ -46,7 +46,7 @@ def content(obj: Obj) -> Obj:
 
 
 def prepare_create(kind: Kind, obj: Obj, *, now: str, name: str) -> Obj:
-    out = copy.deepcopy(obj)
+    out: Obj = copy_json(obj)
     meta = out.setdefault("metadata", {})
     meta["name"] = name
     meta["uid"] = str(uuid.uuid4())
@@ -66,24 +66,24 @@ def prepare_create(kind: Kind, obj: Obj, *, now: str, name: str) -> Obj:
 def prepare_update(kind: Kind, new: Obj, old: Obj, *, subresource: str) -> Obj:
     """The object to store for an update of `old` with client input `new` (not mutated)."""
     if subresource == "status":
-        out = copy.deepcopy(old)
+        out: Obj = copy_json(old)
         if "status" in new:
-            out["status"] = copy.deepcopy(new["status"])
+            out["status"] = copy_json(new["status"])
         else:
             out.pop("status", None)
         return out
-    out = copy.deepcopy(new)
+    out = copy_json(new)
     meta = out.setdefault("metadata", {})
     old_meta = old.get("metadata", {})
     for key in _SERVER_META:
         if key in old_meta:
-            meta[key] = copy.deepcopy(old_meta[key])
+            meta[key] = copy_json(old_meta[key])
         else:
             meta.pop(key, None)
     meta.pop("selfLink", None)
     if has_status(kind):
         if "status" in old:
-            out["status"] = copy.deepcopy(old["status"])
+            out["status"] = copy_json(old["status"])
         else:
             out.pop("status", None)
     if content(out) != content(old):

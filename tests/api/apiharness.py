@@ -55,7 +55,9 @@ def read_kubeconfig(path: Path) -> tuple[str, str, bytes]:
 
 
 @asynccontextmanager
-async def api_server(data_dir: Path | None = None, *, tls: bool = True) -> AsyncIterator[Harness]:
+async def api_server(
+    data_dir: Path | None = None, *, tls: bool = True, controllers: bool = True
+) -> AsyncIterator[Harness]:
     with tempfile.TemporaryDirectory() as tmp:
         root = data_dir or Path(tmp)
         node = NodeConfig(
@@ -70,6 +72,7 @@ async def api_server(data_dir: Path | None = None, *, tls: bool = True) -> Async
             "127.0.0.1:0",
             token="t",
             api=ApiOptions(root, "127.0.0.1:0", tls=tls, cluster_token="t"),
+            controllers=controllers,
         )
         server = Server(opts)
         async with trio.open_nursery() as nursery:

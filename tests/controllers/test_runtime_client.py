@@ -41,7 +41,8 @@ class Env:
 
 @pytest.fixture(params=["in-process", "https"])
 async def env(request: pytest.FixtureRequest) -> AsyncIterator[Env]:
-    async with api_server() as h:
+    # No controllers: the scheduler would write to these tests' pods under their feet.
+    async with api_server(controllers=False) as h:
         if request.param == "in-process":
             assert h.server.api is not None
             yield Env(h, InProcessClient(h.server.api.api, CONTROLLER))

@@ -12,16 +12,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..jsonvalue import copy_json
+
+__all__ = ["copy_json"]
+
 Schema = Mapping[str, Any] | None
-
-
-def copy_json(value: Any) -> Any:
-    """A deep copy of a JSON value (dicts and lists are new; scalars are immutable)."""
-    if isinstance(value, dict):
-        return {k: copy_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [copy_json(v) for v in value]
-    return value
 
 
 def json_equal(a: Any, b: Any) -> bool:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import datetime as dt
 import functools
 import json
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ApiError, Cause, bad_request
+from ..jsonvalue import copy_json
 from .builders import NAME_KEY, QUANTITY_NAME
 from .names import quote
 
@@ -216,7 +216,7 @@ class _Walker:
 
     def walk(self, s: Any, v: Any, path: str) -> Any:
         if not isinstance(s, dict):
-            return copy.deepcopy(v)
+            return copy_json(v)
         if v is None and s.get("nullable") is True:
             return None
         preserve = s.get("x-kubernetes-preserve-unknown-fields") is True
@@ -226,17 +226,17 @@ class _Walker:
         if t == "object" or (t is None and isinstance(v, dict) and _is_object_schema(s)):
             if not isinstance(v, dict):
                 self._type_error(path, v, "object")
-                return copy.deepcopy(v)
+                return copy_json(v)
             out: Any = self._object(s, v, path, preserve)
         elif t == "array" or (t is None and isinstance(v, list) and "items" in s):
             if not isinstance(v, list):
                 self._type_error(path, v, "array")
-                return copy.deepcopy(v)
+                return copy_json(v)
             out = self._array(s, v, path)
         elif t == "string":
             if not isinstance(v, str):
                 self._type_error(path, v, "string")
-                return copy.deepcopy(v)
+                return copy_json(v)
             self._string(s, v, path)
             out = v
         elif t == "integer":
@@ -244,23 +244,23 @@ class _Walker:
                 v = int(v)
             if _int(v) is None:
                 self._type_error(path, v, "integer")
-                return copy.deepcopy(v)
+                return copy_json(v)
             self._numeric(s, v, path)
             out = v
         elif t == "number":
             if _number(v) is None:
                 self._type_error(path, v, "number")
-                return copy.deepcopy(v)
+                return copy_json(v)
             self._numeric(s, v, path)
             out = v
         elif t == "boolean":
             if not isinstance(v, bool):
                 self._type_error(path, v, "boolean")
-                return copy.deepcopy(v)
+                return copy_json(v)
             out = v
         else:
             # No (known) type: anything goes (preserve-unknown-fields or a lenient schema).
-            out = copy.deepcopy(v)
+            out = copy_json(v)
         self._enum(s, out, path)
         return out
 
@@ -275,7 +275,7 @@ class _Walker:
             self._numeric(s, v, path)
         else:
             self._type_error(path, v, "integer,string")
-            return copy.deepcopy(v)
+            return copy_json(v)
         self._enum(s, v, path)
         return v
 
@@ -284,7 +284,7 @@ class _Walker:
         apiserver's canonical form; numbers are accepted as manifests write them."""
         if isinstance(v, bool) or not isinstance(v, int | float | str):
             self._type_error(path, v, "string")
-            return copy.deepcopy(v)
+            return copy_json(v)
         if isinstance(v, float):
             if not math.isfinite(v):
                 self._type_error(path, v, "string")
@@ -322,11 +322,11 @@ class _Walker:
                     continue
                 out[k] = self.walk(addl, val, _key(path, k))
             elif addl is True or preserve:
-                out[k] = copy.deepcopy(val)
+                out[k] = copy_json(val)
             elif (embedded or path == "") and k in _EMBEDDED_META:
                 # The root's apiVersion/kind/metadata are the caller's (meta checks), an embedded
                 # resource's are kept as sent.
-                out[k] = copy.deepcopy(val)
+                out[k] = copy_json(val)
             else:
                 self.unknown.append(_child(path, k))
         for k, ps in props.items():
@@ -334,7 +334,7 @@ class _Walker:
                 default = ps["default"]
                 if default is None and ps.get("nullable") is not True:
                     continue
-                out[k] = self.walk(ps, copy.deepcopy(default), _child(path, k))
+                out[k] = self.walk(ps, copy_json(default), _child(path, k))
         required = s.get("required")
         if isinstance(required, list):
             for r in required:

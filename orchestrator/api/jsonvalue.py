@@ -1,0 +1,19 @@
+"""JSON values as `json.loads` makes them (dict, list, str, int, float, bool, None).
+
+`copy_json` is the deep copy the API server uses everywhere: objects are plain JSON trees, so
+it needs none of `copy.deepcopy`'s memo and dispatch, and is several times faster (deep copies
+were among the largest costs of a write).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of a JSON value (dicts and lists are new; scalars are immutable)."""
+    if isinstance(value, dict):
+        return {k: copy_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [copy_json(v) for v in value]
+    return value
