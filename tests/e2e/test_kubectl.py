@@ -113,7 +113,10 @@ def widget(name: str, spec: str) -> str:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
     kubectl_binary()  # fail before starting anything if kubectl is missing
     root = tmp_path_factory.mktemp("kubectl-e2e")
-    with Cluster(root, size=1, extra_args=["--runtime", "simulated", "--no-agent"]) as cluster:
+    # The API on its own (no controllers, no nodes): what the objects look like is what was
+    # written, so the expectations are exact.
+    args = ["--runtime", "simulated", "--no-agent", "--no-controllers"]
+    with Cluster(root, size=1, extra_args=args) as cluster:
         cluster.start()
         wait_api_ready(cluster, 0)
         yield cluster.servers[0]

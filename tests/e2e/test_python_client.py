@@ -67,7 +67,10 @@ WIDGETS_CRD: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc]:
     root = tmp_path_factory.mktemp("pyclient")
-    with Cluster(root, size=1, extra_args=["--runtime", "simulated", "--no-agent"]) as cluster:
+    # The API on its own (no controllers, no nodes): what the objects look like is what was
+    # written, so the expectations are exact.
+    args = ["--runtime", "simulated", "--no-agent", "--no-controllers"]
+    with Cluster(root, size=1, extra_args=args) as cluster:
         cluster.start()
         cluster.wait_leader_blocking(within=30)
         proc = cluster.servers[0]
