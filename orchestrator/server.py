@@ -17,7 +17,7 @@ import trio
 
 from .api.apiserver import ApiOptions, ApiServer
 from .controllers.registry import default_controllers
-from .controllers.runtime.manager import ControllerManager
+from .controllers.runtime.manager import ControllerManager, ControllerOptions
 from .raft.node import NodeConfig, RaftNode
 from .raft.statemachine import StateMachine
 from .store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
@@ -42,6 +42,7 @@ class ServerOptions:
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
     api: ApiOptions | None = None  # None: no Kubernetes API on this server
     controllers: bool = True  # run the controllers while this server is the Raft leader
+    controller_options: ControllerOptions = field(default_factory=ControllerOptions)
 
 
 def node_identity(data_dir: Path, requested: int | None, *, joining: bool) -> int:
@@ -92,7 +93,9 @@ class Server:
         )
         self.controllers: ControllerManager | None = None
         if self.api is not None and opts.controllers:
-            self.controllers = ControllerManager(self, default_controllers)
+            self.controllers = ControllerManager(
+                self, default_controllers, options=opts.controller_options
+            )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:

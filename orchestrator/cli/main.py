@@ -36,6 +36,24 @@ def _parse_cluster(text: str) -> dict[int, str]:
     return out
 
 
+def _duration(text: str) -> float:
+    """Seconds from "40s", "1m", "500ms", "1h" or a plain number of seconds."""
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+    for suffix in ("ms", "s", "m", "h"):
+        if text.endswith(suffix):
+            number, scale = text[: -len(suffix)], units[suffix]
+            break
+    else:
+        number, scale = text, 1.0
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 40s or 1m") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the duration must be positive")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="orchestrator", description="Edge orchestrator.")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -109,6 +127,14 @@ def _build_parser() -> argparse.ArgumentParser:
         "--no-controllers",
         action="store_true",
         help="run no controllers on this server (they run only on the Raft leader anyway)",
+    )
+    s.add_argument(
+        "--node-monitor-grace-period",
+        type=_duration,
+        default=40.0,
+        metavar="DURATION",
+        help="heartbeat silence before a node is Ready=Unknown and tainted unreachable, e.g. "
+        "40s (default) or 10s for a small edge site on a reliable network",
     )
     s.add_argument("--plain-http", action="store_true", help=argparse.SUPPRESS)
 
@@ -203,6 +229,7 @@ def _server(args: argparse.Namespace) -> int:
             f"error: --auto-compaction {args.auto_compaction!r} is not like 5m or 10000"
         )
     from ..api.apiserver import ApiOptions, split_host_port
+    from ..controllers.runtime.manager import ControllerOptions
 
     serve_api = args.listen.lower() not in ("", "none")
     if serve_api:
@@ -218,6 +245,9 @@ def _server(args: argparse.Namespace) -> int:
         quota_bytes=args.quota_bytes,
         compaction=compaction,
         controllers=not args.no_controllers,
+        controller_options=ControllerOptions(
+            node_monitor_grace_period=args.node_monitor_grace_period
+        ),
         api=None
         if not serve_api
         else ApiOptions(

@@ -14,7 +14,7 @@ from .deployment import deployment_controller
 from .endpoints import endpoints_controller
 from .gc import garbage_collector
 from .namespace import namespace_controller
-from .nodelifecycle import node_lifecycle_controllers
+from .nodelifecycle import NodeLifecycleOptions, node_lifecycle_controllers
 from .replicaset import replicaset_controller
 from .runtime.manager import Component, ControllerContext
 from .statefulset import statefulset_controller
@@ -23,7 +23,7 @@ __all__ = ["default_controllers"]
 
 
 def default_controllers(ctx: ControllerContext) -> list[Component]:
-    """The built-in controllers (none yet)."""
+    """The built-in controllers and the scheduler."""
     return [
         daemonset_controller(ctx),
         deployment_controller(ctx),
@@ -32,6 +32,12 @@ def default_controllers(ctx: ControllerContext) -> list[Component]:
         Scheduler(ctx),
         garbage_collector(ctx),
         namespace_controller(ctx),
-        *node_lifecycle_controllers(ctx),
+        *node_lifecycle_controllers(
+            ctx,
+            NodeLifecycleOptions(
+                grace_period=ctx.options.node_monitor_grace_period,
+                monitor_period=ctx.options.node_monitor_period,
+            ),
+        ),
         endpoints_controller(ctx),
     ]

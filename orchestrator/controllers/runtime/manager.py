@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -50,6 +50,7 @@ __all__ = [
     "Component",
     "ControllerContext",
     "ControllerManager",
+    "ControllerOptions",
     "ControllersFactory",
     "Leadership",
 ]
@@ -86,6 +87,16 @@ class AlwaysLeader:
         await trio.sleep_forever()
 
 
+@dataclass(frozen=True)
+class ControllerOptions:
+    """Settings of the built-in controllers that users tune (server flags)."""
+
+    # Heartbeat silence before a node is Ready=Unknown and its pods start to be evicted
+    # (--node-monitor-grace-period; shorter suits small edge sites on a reliable LAN).
+    node_monitor_grace_period: float = 40.0
+    node_monitor_period: float = 5.0
+
+
 @dataclass
 class ControllerContext:
     """What a controllers factory builds controllers from, for one term of leadership."""
@@ -95,6 +106,7 @@ class ControllerContext:
     events: EventRecorder
     term: int
     metrics: Registry
+    options: ControllerOptions = field(default_factory=ControllerOptions)
 
 
 class Component(Protocol):
@@ -123,7 +135,9 @@ class ControllerManager:
         host: str = "",
         metrics: Registry = REGISTRY,
         resync: float | None = None,
+        options: ControllerOptions | None = None,
     ) -> None:
+        self.options = options or ControllerOptions()
         fence = True
         if isinstance(server_or_api, Api):
             self.api = server_or_api
@@ -182,7 +196,7 @@ class ControllerManager:
         )
         informers = InformerFactory(client, resync=self.resync, metrics=self.metrics)
         events = EventRecorder(client, COMPONENT, self.host, metrics=self.metrics)
-        ctx = ControllerContext(client, informers, events, term, self.metrics)
+        ctx = ControllerContext(client, informers, events, term, self.metrics, self.options)
         controllers = list(self.factory(ctx))
         self.controllers = controllers
         self.term = term
