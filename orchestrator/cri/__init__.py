@@ -1,0 +1,61 @@
+"""Container runtime access for the node agent: the `RuntimeService` protocol, its dataclasses
+and errors (see `runtime.py`), implemented by `containerd.CriRuntime` (CRI over gRPC) and
+`simulated.SimulatedRuntime` (in memory). Import the implementations from their modules; this
+package's namespace holds the contract only, so importing it never loads grpc.
+"""
+
+from .runtime import (
+    NETWORK_READY,
+    RUNTIME_READY,
+    Container,
+    ContainerConfig,
+    ContainerState,
+    ContainerStatus,
+    CriError,
+    DeadlineExceeded,
+    DNSConfig,
+    ExecResult,
+    ImageInfo,
+    Mount,
+    NotFound,
+    PodSandbox,
+    PodSandboxConfig,
+    PortMapping,
+    Resources,
+    RuntimeCondition,
+    RuntimeFailure,
+    RuntimeService,
+    RuntimeStatus,
+    RuntimeVersion,
+    SandboxState,
+    SandboxStatus,
+    Unavailable,
+)
+
+__all__ = [
+    "NETWORK_READY",
+    "RUNTIME_READY",
+    "Container",
+    "ContainerConfig",
+    "ContainerState",
+    "ContainerStatus",
+    "CriError",
+    "DNSConfig",
+    "DeadlineExceeded",
+    "ExecResult",
+    "ImageInfo",
+    "Mount",
+    "NotFound",
+    "PodSandbox",
+    "PodSandboxConfig",
+    "PortMapping",
+    "Resources",
+    "RuntimeCondition",
+    "RuntimeFailure",
+    "RuntimeService",
+    "RuntimeStatus",
+    "RuntimeVersion",
+    "SandboxState",
+    "SandboxStatus",
+    "Unavailable",
+]
