@@ -228,7 +228,9 @@ def build_image_tar(
     return out
 
 
-def build_default_images(directory: str | os.PathLike[str], busybox: Path = BUSYBOX) -> dict[str, Path]:
+def build_default_images(
+    directory: str | os.PathLike[str], busybox: Path = BUSYBOX
+) -> dict[str, Path]:
     """Build `localhost/busybox:1` and `localhost/pause:1` into `directory`; ref -> tarball."""
     d = Path(directory)
     layer = build_layer(busybox)
