@@ -8,7 +8,7 @@ instance) without sharing state:
     <base>/containerd.sock      gRPC socket (CRI and containerd API; ttrpc is `.sock.ttrpc`)
     <base>/root, <base>/state   containerd root and state (netns mounts under state too)
     <base>/runc                 runc's state root (runtimes.runc.options.Root)
-    <base>/cni/net.d            CNI conf dir: one bridge conflist (`orch0`, 10.89.0.0/24)
+    <base>/cni/net.d            CNI conf dir: one bridge conflist (`orch<N>`, 10.89.<N>.0/24)
     <base>/cni/ipam             host-local IPAM leases (not the global /var/lib/cni/networks)
     <base>/images               the OCI tarballs built by `orchestrator.cri.image`
 
@@ -17,8 +17,13 @@ Configuration (see the team reference on CRI/containerd): `sandbox_image = "loca
 CAP_SYS_RESOURCE (else every RunPodSandbox fails with "can't get final child's PID from pipe");
 `runtimes.runc` with `runtime_type = "io.containerd.runc.v2"` next to its options (cgroupfs
 driver); CNI binaries from Debian's /usr/lib/cni; AppArmor off so the same config works whether or
-not the host has AppArmor. The bridge name and subnet are shared host resources: two instances
-running at once need different ones (`bridge=`, `subnet=`).
+not the host has AppArmor.
+
+The bridge and its subnet are host-wide, so each running instance holds a *network slot* N
+(bridge `orch<N>`, pods in 10.89.<N>.0/24, N in 0..99) with an flock on
+`/run/lock/orchestrator-cni-orch<N>.lock` until it stops. `network=0` (the default, and the
+command line's) is for a developer's instance; `network="auto"` (the test fixture, benchmarks)
+takes the first free slot from 1, so tests can run next to a developer's daemon.
 
 `start()` writes the config, builds both images, launches `containerd --config`, waits for the
 socket and `ctr version`, checks that the CRI plugin loaded, and imports `localhost/busybox:1` and
@@ -38,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import importlib
 import ipaddress
 import itertools
@@ -51,7 +57,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import trio
 
@@ -67,8 +73,8 @@ __all__ = [
 
 CRI_NAMESPACE = "k8s.io"
 DEFAULT_CNI_BIN_DIR = "/usr/lib/cni"
-DEFAULT_SUBNET = "10.89.0.0/24"
-DEFAULT_BRIDGE = "orch0"
+MAX_NETWORK_SLOT = 99
+_LOCK_DIRS = ("/run/lock", "/tmp")
 _BINARIES = ("containerd", "ctr", "runc", "containerd-shim-runc-v2")
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SOCKET_MAX = 107  # sun_path is 108 bytes including the NUL
@@ -195,8 +201,7 @@ class ContainerdInstance:
         self,
         base_dir: str | os.PathLike[str],
         *,
-        subnet: str = DEFAULT_SUBNET,
-        bridge: str = DEFAULT_BRIDGE,
+        network: int | Literal["auto"] = 0,
         cni_bin_dir: str = DEFAULT_CNI_BIN_DIR,
         snapshotter: str = "overlayfs",
         log_level: str = "info",
@@ -212,8 +217,11 @@ class ContainerdInstance:
         self.cni_conf_dir = self.base_dir / "cni" / "net.d"
         self.cni_ipam_dir = self.base_dir / "cni" / "ipam"
         self.images_dir = self.base_dir / "images"
-        self.subnet = ipaddress.ip_network(subnet)
-        self.bridge = bridge
+        if network != "auto" and not 0 <= network <= MAX_NETWORK_SLOT:
+            raise ValueError(f"network slot must be 0..{MAX_NETWORK_SLOT} or 'auto'")
+        self.network = network
+        self.slot: int | None = None  # the claimed network slot, while running
+        self._slot_lock: IO[bytes] | None = None
         self.cni_bin_dir = cni_bin_dir
         self.snapshotter = snapshotter
         self.log_level = log_level
@@ -259,6 +267,50 @@ class ContainerdInstance:
 
     def _fail(self, message: str) -> ContainerdError:
         return ContainerdError(f"{message}\n--- {self.log_path} (tail) ---\n{self.log_tail()}")
+
+    # -------------------------------------------------------------- network slot
+    def _current_slot(self) -> int:
+        if self.slot is not None:
+            return self.slot
+        if self.network == "auto":
+            raise ContainerdError("network slot not claimed yet (start() claims it)")
+        return self.network
+
+    @property
+    def bridge(self) -> str:
+        """The Linux bridge of the pod network (`orch<slot>`)."""
+        return f"orch{self._current_slot()}"
+
+    @property
+    def subnet(self) -> ipaddress.IPv4Network:
+        """The pod subnet (`10.89.<slot>.0/24`); the gateway (the bridge) is `.1`."""
+        return ipaddress.IPv4Network(f"10.89.{self._current_slot()}.0/24")
+
+    def _claim_network(self) -> None:
+        """Take the flock of our network slot (the first free one from 1 for `auto`)."""
+        lock_dir = next((d for d in _LOCK_DIRS if os.access(d, os.W_OK)), _LOCK_DIRS[-1])
+        candidates = range(1, MAX_NETWORK_SLOT + 1) if self.network == "auto" else [self.network]
+        for slot in candidates:
+            f = open(Path(lock_dir) / f"orchestrator-cni-orch{slot}.lock", "a+b")  # noqa: SIM115
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                continue
+            self.slot, self._slot_lock = slot, f
+            return
+        raise ContainerdError(
+            f"network slot {self.network} (bridge orch{self.network}) is in use by another "
+            "ContainerdInstance; choose another number or 'auto'"
+            if self.network != "auto"
+            else f"all network slots 1..{MAX_NETWORK_SLOT} are in use"
+        )
+
+    def _release_network(self) -> None:
+        if self._slot_lock is not None:
+            self._slot_lock.close()  # drops the flock
+            self._slot_lock = None
+        self.slot = None
 
     # -------------------------------------------------------------- configuration
     def cni_conflist(self) -> dict[str, Any]:
@@ -355,23 +407,24 @@ state = {q(str(self.state))}
         problems = missing_prerequisites(self.cni_bin_dir)
         if problems:
             raise ContainerdError("cannot run containerd here: " + "; ".join(problems))
-        self.write_config()
-        if self.import_images:
-            self.images = build_default_images(self.images_dir)
-        with contextlib.suppress(FileNotFoundError):
-            self.socket.unlink()  # a stale socket from a killed run would fool the wait
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self._log.write(f"\n=== orchestrator.cri.daemon start {time.ctime()}\n".encode())
-        self._log.flush()
-        self._proc = subprocess.Popen(
-            ["containerd", "--config", str(self.config_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=_env(),
-            start_new_session=True,  # Ctrl-C reaches us, and we stop it in order
-        )
+        self._claim_network()
         try:
+            self.write_config()
+            if self.import_images:
+                self.images = build_default_images(self.images_dir)
+            with contextlib.suppress(FileNotFoundError):
+                self.socket.unlink()  # a stale socket from a killed run would fool the wait
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+            self._log.write(f"\n=== orchestrator.cri.daemon start {time.ctime()}\n".encode())
+            self._log.flush()
+            self._proc = subprocess.Popen(
+                ["containerd", "--config", str(self.config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=_env(),
+                start_new_session=True,  # Ctrl-C reaches us, and we stop it in order
+            )
             self._wait_ready(timeout)
             self._check_cri_plugin()
             if self.import_images:
@@ -446,6 +499,7 @@ state = {q(str(self.state))}
         if self._log is not None:
             self._log.close()
             self._log = None
+        self._release_network()
 
     def _teardown_workloads(self) -> None:
         with contextlib.suppress(Exception):
@@ -541,8 +595,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m orchestrator.cri.daemon", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--dir", required=True, help="base directory (created; state is kept)")
-    parser.add_argument("--subnet", default=DEFAULT_SUBNET, help="pod subnet (CNI bridge)")
-    parser.add_argument("--bridge", default=DEFAULT_BRIDGE, help="Linux bridge name")
+    parser.add_argument(
+        "--network",
+        default="0",
+        help="network slot N: bridge orchN, pods in 10.89.N.0/24 (0..99, or 'auto')",
+    )
     parser.add_argument("--log-level", default="info")
     parser.add_argument(
         "--keep-pods", action="store_true", help="on exit, leave pod sandboxes for the next run"
@@ -550,7 +607,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     instance = ContainerdInstance(
-        args.dir, subnet=args.subnet, bridge=args.bridge, log_level=args.log_level
+        args.dir,
+        network="auto" if args.network == "auto" else int(args.network),
+        log_level=args.log_level,
     )
 
     def on_term(signum: int, frame: object) -> None:
@@ -565,6 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(instance.socket, flush=True)
     print(
         f"# containerd pid {instance.pid}, log {instance.log_path}\n"
+        f"# pod network {instance.subnet} on bridge {instance.bridge}\n"
         f"# images {', '.join(instance.images)}\n"
         f"# ctr -a {instance.socket} -n {CRI_NAMESPACE} images ls\n"
         f"# Ctrl-C to stop",

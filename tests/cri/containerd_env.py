@@ -6,8 +6,9 @@ Import the fixtures by their package path so every test module shares one daemon
 
 * `containerd` -> the socket path (str) of a containerd started by
   `orchestrator.cri.daemon.ContainerdInstance` in a temporary directory, with `localhost/busybox:1`
-  and `localhost/pause:1` imported into namespace `k8s.io` and the CNI bridge `orch0`
-  (10.89.0.0/24) configured; its CRI gRPC target is `unix://<socket>`.
+  and `localhost/pause:1` imported into namespace `k8s.io` and a CNI bridge network in the first
+  free network slot from 1 (bridge `orch<N>`, pods in 10.89.<N>.0/24; slot 0 is left to a
+  developer's `python -m orchestrator.cri.daemon`); its CRI gRPC target is `unix://<socket>`.
 * `containerd_instance` -> the `ContainerdInstance` itself (log tail, `ctr(...)`, image refs).
 
 The daemon starts on first use and stops once, when pytest finishes (every pod sandbox is removed
@@ -52,7 +53,7 @@ def _start(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> C
     base = tmp_path_factory.mktemp("containerd")
     if len(str(base / "containerd.sock.ttrpc")) > 100:  # unix socket paths are short
         base = Path(tempfile.mkdtemp(prefix="orch-containerd-"))
-    instance = ContainerdInstance(base)
+    instance = ContainerdInstance(base, network="auto")
     failure = ""
     try:
         instance.start()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from cri import containerd_env
 
-from orchestrator.cri.daemon import ContainerdInstance, _fields, _varint
+from orchestrator.cri.daemon import ContainerdError, ContainerdInstance, _fields, _varint
 from orchestrator.cri.image import (
     APP_IMAGE,
     BUSYBOX,
@@ -123,3 +123,22 @@ def test_containerd_serves_cri_with_images(
     config = containerd_instance.config_path.read_text()
     assert "restrict_oom_score_adj = true" in config
     assert 'sandbox_image = "localhost/pause:1"' in config
+
+
+@pytest.mark.slow
+def test_network_slots_are_exclusive(
+    containerd_instance: ContainerdInstance, tmp_path: Path
+) -> None:
+    slot = containerd_instance.slot
+    assert slot is not None
+    assert slot >= 1
+    conflist = json.loads((containerd_instance.cni_conf_dir / "10-orch.conflist").read_text())
+    bridge = conflist["plugins"][0]
+    assert bridge["bridge"] == f"orch{slot}"
+    assert bridge["ipam"]["ranges"] == [
+        [{"subnet": f"10.89.{slot}.0/24", "gateway": f"10.89.{slot}.1"}]
+    ]
+    other = ContainerdInstance(tmp_path / "other", network=slot)
+    with pytest.raises(ContainerdError, match="in use"):
+        other.start()
+    assert not other.running()
