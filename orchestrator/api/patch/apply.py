@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ApiError, bad_request
@@ -42,6 +42,7 @@ from ._util import (
     child_schema,
     copy_json,
     is_atomic_map,
+    is_declared_field,
     item_schema,
     json_equal,
 )
@@ -54,6 +55,7 @@ from .fieldpath import (
     is_set_list,
     item_element,
     list_keys,
+    member_of_field,
     members_of,
     path_string,
 )
@@ -86,6 +88,11 @@ class _Entry:
     time: str
     subresource: str
     fields: FieldSet
+    # The fieldsV1 tree `fields` was decoded from (with that very set), reused by `encode`
+    # while the entry keeps that set: re-encoding an unchanged set costs a sort per node.
+    decoded: tuple[FieldSet, dict[str, Any]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def identity(self) -> tuple[str, str, str, str]:
         version = "" if self.operation == "Apply" else self.api_version
@@ -103,7 +110,10 @@ class _Entry:
         if self.time:
             out["time"] = self.time
         out["fieldsType"] = "FieldsV1"
-        out["fieldsV1"] = encode_fields_v1(self.fields)
+        if self.decoded is not None and self.decoded[0] is self.fields:
+            out["fieldsV1"] = copy_json(self.decoded[1])
+        else:
+            out["fieldsV1"] = encode_fields_v1(self.fields)
         if self.subresource:
             out["subresource"] = self.subresource
         return out
@@ -118,8 +128,10 @@ def _text(entry: dict[str, Any], key: str) -> str:
     return value
 
 
-def decode_managed_fields(value: Any) -> list[_Entry]:
-    """Parse `metadata.managedFields`; malformed entries are a 400 BadRequest."""
+def decode_managed_fields(value: Any, *, stored: bool = False) -> list[_Entry]:
+    """Parse `metadata.managedFields`; malformed entries are a 400 BadRequest. `stored`: they
+    come from a stored object, so each fieldsV1 tree is `encode_fields_v1` of its set (this
+    module wrote it) and can be written back as it is while the set stays the same."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -134,6 +146,8 @@ def decode_managed_fields(value: Any) -> list[_Entry]:
         fields_type = raw.get("fieldsType", "FieldsV1")
         if fields_type != "FieldsV1":
             raise bad_request('managedFields: fieldsType must be "FieldsV1"')
+        tree = raw.get("fieldsV1", {})
+        fields = decode_fields_v1(tree)
         entries.append(
             _Entry(
                 manager=_text(raw, "manager"),
@@ -141,7 +155,8 @@ def decode_managed_fields(value: Any) -> list[_Entry]:
                 api_version=_text(raw, "apiVersion"),
                 time=_text(raw, "time"),
                 subresource=_text(raw, "subresource"),
-                fields=decode_fields_v1(raw.get("fieldsV1", {})),
+                fields=fields,
+                decoded=(fields, tree) if stored else None,
             )
         )
     return entries
@@ -161,7 +176,7 @@ def _managed_of(obj: Obj | None) -> list[_Entry]:
     if not isinstance(metadata, dict):
         return []
     try:
-        return decode_managed_fields(metadata.get("managedFields"))
+        return decode_managed_fields(metadata.get("managedFields"), stored=True)
     except ApiError:
         return []
 
@@ -196,6 +211,65 @@ def _changed(before: Member | None, after: Member | None) -> bool:
     if before.leaf != after.leaf:
         return True
     return before.leaf and not json_equal(before.value, after.value)
+
+
+def _diff_members(
+    old: Obj,
+    new: Obj,
+    schema: Schema,
+    path: Path,
+    subresource: str,
+    ignored: Collection[Path],
+    changed: set[Path],
+    removed: set[Path],
+) -> None:
+    """Add to `changed`/`removed` what comparing `_members` of two whole objects would give,
+    for the granular maps `old` and `new` at `path` — without walking equal subtrees.
+
+    Why it is the same: the members under field `f:key` of a granular map depend only on that
+    field's value (and schema), so a field whose value is JSON-equal on both sides has equal
+    members and contributes nothing; ignored paths are closed downwards (`_is_ignored` looks
+    at a prefix), so an ignored field's subtree is skipped whole. Two granular maps are
+    compared field by field; anything else is walked as `_walk` would and compared member by
+    member. A granular map's own member (present when it is `{}` or not a declared property,
+    never a leaf) counts only by its presence."""
+    for key, nv in new.items():
+        sub = (*path, f"f:{key}")
+        if _is_ignored(sub, subresource, ignored):
+            continue
+        if key in old:
+            ov = old[key]
+            if json_equal(ov, nv):
+                continue
+            child_s = child_schema(schema, key)
+            if isinstance(ov, dict) and isinstance(nv, dict) and not is_atomic_map(child_s):
+                _diff_members(ov, nv, child_s, sub, subresource, ignored, changed, removed)
+                undeclared = not is_declared_field(schema, key)
+                had, has = undeclared or not ov, undeclared or not nv
+                if has and not had:
+                    changed.add(sub)
+                elif had and not has:
+                    removed.add(sub)
+                continue
+            before = _field_members(ov, key, schema, sub, subresource, ignored)
+        else:
+            before = {}
+        after = _field_members(nv, key, schema, sub, subresource, ignored)
+        changed.update(p for p, m in after.items() if _changed(before.get(p), m))
+        removed.update(p for p in before if p not in after)
+    for key, ov in old.items():
+        if key not in new:
+            sub = (*path, f"f:{key}")
+            if not _is_ignored(sub, subresource, ignored):
+                removed.update(_field_members(ov, key, schema, sub, subresource, ignored))
+
+
+def _field_members(
+    value: Any, key: str, schema: Schema, sub: Path, subresource: str, ignored: Collection[Path]
+) -> dict[Path, Member]:
+    """The (not ignored) members a granular map's field `key` with `value` contributes."""
+    found = member_of_field(value, key, schema, sub)
+    return {p: m for p, m in found.items() if not _is_ignored(p, subresource, ignored)}
 
 
 def _without_meta(obj: Obj) -> Obj:
@@ -516,16 +590,20 @@ def track_update(
     stripped = _copy_obj(_without_meta(new))
     if base is None:
         return _with_managed(stripped, [])
+    changed: set[Path] = set()
+    removed: set[Path] = set()
     try:
-        before = _members(_without_meta(old), schema, subresource, ignored) if old else {}
-        after = _members(stripped, schema, subresource, ignored)
+        _diff_members(old or {}, stripped, schema, (), subresource, ignored, changed, removed)
     except RecursionError:
         raise bad_request("object is nested too deeply") from None
-    changed = {p for p, m in after.items() if _changed(before.get(p), m)}
-    removed = set(before) - set(after)
     me = (manager, "Update", api_version, subresource)
     previous = next((e for e in base if e.identity() == me), None)
-    entries = [replace(e, fields=e.fields - changed - removed) for e in base if e.identity() != me]
+    gone = changed | removed
+    entries = [
+        replace(e, fields=e.fields - gone) if not e.fields.isdisjoint(gone) else e
+        for e in base
+        if e.identity() != me
+    ]
     if previous is None:
         mine = _Entry(manager, "Update", api_version, now, subresource, frozenset(changed))
     else:

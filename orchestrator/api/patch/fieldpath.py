@@ -52,6 +52,7 @@ __all__ = [
     "is_set_list",
     "item_element",
     "list_keys",
+    "member_of_field",
     "members_of",
     "path_string",
 ]
@@ -197,13 +198,7 @@ def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Member]) -> No
             out[path] = Member(True, value)
             return
         for key, child in value.items():
-            sub = (*path, f"f:{key}")
-            child_s = child_schema(schema, key)
-            _walk(child, child_s, sub, out)
-            if sub in out:
-                continue
-            if child is None or child == {} or not is_declared_field(schema, key):
-                out[sub] = Member(not _is_container(child, child_s), child)
+            _walk_field(child, key, schema, (*path, f"f:{key}"), out)
         return
     if isinstance(value, list) and path:
         keys = list_keys(schema)
@@ -224,6 +219,24 @@ def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Member]) -> No
             return
     if path:
         out[path] = Member(True, value)
+
+
+def _walk_field(child: Any, key: str, schema: Schema, sub: Path, out: dict[Path, Member]) -> None:
+    """The members of field `key` (value `child`, path `sub`) of a granular map with `schema`."""
+    child_s = child_schema(schema, key)
+    _walk(child, child_s, sub, out)
+    if sub in out:
+        return
+    if child is None or child == {} or not is_declared_field(schema, key):
+        out[sub] = Member(not _is_container(child, child_s), child)
+
+
+def member_of_field(value: Any, key: str, schema: Schema, sub: Path) -> dict[Path, Member]:
+    """The members field `key` with `value` contributes to a granular map with `schema` whose
+    path is `sub[:-1]` (`sub` ends with `f:key`): the part of `members_of` under `sub`."""
+    out: dict[Path, Member] = {}
+    _walk_field(value, key, schema, sub, out)
+    return out
 
 
 def _is_container(value: Any, schema: Schema) -> bool:
