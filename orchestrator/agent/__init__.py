@@ -1,0 +1,39 @@
+"""The node agent: registers a Node, runs the pods bound to it through a CRI `RuntimeService`,
+reports their status, and keeps them running while the API server is unreachable (edge
+autonomy; see `agent.py`, `podworker.py`, `localstore.py`, `node.py`).
+
+Public surface: `Agent`, `AgentOptions`, `WorkerOptions`, `LocalStore`, `host_facts`,
+`HostFacts`, `node_client` (an in-process client acting as a node).
+"""
+
+from ..api.auth.authn import User
+from ..api.resources import Api
+from ..controllers.runtime.client import InProcessClient
+from .agent import Agent, AgentOptions, ObjectCache
+from .localstore import LocalStore, StoredPod
+from .node import HostFacts, NodeReporter, host_facts
+from .podworker import PodWorker, WorkerOptions
+
+__all__ = [
+    "FIELD_MANAGER",
+    "Agent",
+    "AgentOptions",
+    "HostFacts",
+    "LocalStore",
+    "NodeReporter",
+    "ObjectCache",
+    "PodWorker",
+    "StoredPod",
+    "WorkerOptions",
+    "host_facts",
+    "node_client",
+]
+
+FIELD_MANAGER = "kubelet"
+
+
+def node_client(api: Api, node_name: str) -> InProcessClient:
+    """An in-process client acting as node `node_name` (system:node:<name>, system:nodes), so
+    NodeRestriction applies to the embedded agent exactly as to a remote one."""
+    user = User(f"system:node:{node_name}", ("system:nodes", "system:authenticated"))
+    return InProcessClient(api, user, field_manager=FIELD_MANAGER)

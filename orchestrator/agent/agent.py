@@ -1,0 +1,410 @@
+"""The node agent: the Node, the pods bound to it, and their containers on one host.
+
+Theory of operation
+-------------------
+`Agent.run` opens the local store (`agent.db` in the data dir) and starts, in its nursery:
+
+* `NodeReporter` — registers the Node and heartbeats (Lease every 10 s, status on change);
+  retried in the background, never awaited by anything else;
+* the **restore**: one `PodWorker` per pod found in the local store, started at once — so after
+  a host reboot with the server down the pods come back without waiting for it;
+* the **pod source** — LIST pods with `spec.nodeName=<node>`, make the workers and the local
+  store equal to that list (pods missing from it were deleted meanwhile: their workers stop
+  them), then WATCH from the list's resourceVersion. Every pod object is written to the local
+  store *before* its worker sees it. Any failure (server unreachable) is retried with
+  back-off; the workers keep running meanwhile (edge autonomy). A successful relist after a
+  failure makes every worker re-report its status;
+* the **relist** (kubelet's generic PLEG, every `relist_interval` = 1 s; containerd 1.6 has no
+  events): one `list_pod_sandbox` + `list_containers` filtered by this agent's label; a worker
+  whose sandboxes/containers changed is poked; sandboxes and containers labelled as this
+  agent's but belonging to no known pod are stopped and removed (strays from a crash, or pods
+  deleted while the agent was down), and pod directories of unknown pods are removed;
+* the `EventRecorder` for the workers' Events (best effort: dropped while offline).
+
+ConfigMaps and Secrets are read through `ObjectCache`: from the API while connected (each copy
+is also written to the local store), from the local store otherwise.
+
+Invariants: at most one worker per pod UID; a UID whose worker finished is never started again
+(a stale event cannot resurrect a deleted pod); the local store holds a pod until its worker
+has stopped it and (when it was deleted through the API) confirmed the deletion.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..api.errors import ApiError
+from ..client.resource import PODS, ResourceInfo
+from ..controllers.runtime.client import CONFIGMAPS, Client
+from ..controllers.runtime.events import EventRecorder
+from ..cri.runtime import CriError, RuntimeService
+from .localstore import LocalStore
+from .node import HostFacts, NodeReporter, NodeReporterOptions, host_facts
+from .podworker import (
+    LABEL_AGENT,
+    LABEL_POD_UID,
+    PodWorker,
+    WorkerContext,
+    WorkerOptions,
+    referenced_objects,
+)
+
+__all__ = ["Agent", "AgentOptions", "ObjectCache"]
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+SECRETS = ResourceInfo("", "v1", "secrets", "Secret", True, "secret")
+_RESOURCES = {"ConfigMap": CONFIGMAPS, "Secret": SECRETS}
+API_TIMEOUT = 10.0
+SOURCE_BACKOFF_INITIAL = 0.5
+SOURCE_BACKOFF_MAX = 10.0
+WATCH_TIMEOUT = 300.0
+_FINISHED_MEMORY = 4096
+
+
+@dataclass
+class AgentOptions:
+    """Knobs of one agent. Intervals in seconds; defaults are the kubelet's."""
+
+    node_name: str
+    data_dir: Path
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_ip: str = ""  # InternalIP; default: the host's outbound address
+    kubelet_port: int = 10250  # the agent's log endpoint, published in the Node status
+    relist_interval: float = 1.0
+    housekeeping_interval: float = 60.0
+    lease_duration: int = 40
+    renew_interval: float = 10.0
+    status_interval: float = 10.0
+    report_interval: float = 300.0
+    worker: WorkerOptions = field(default_factory=WorkerOptions)
+
+
+class ObjectCache:
+    """ConfigMaps/Secrets from the API while connected, else from the local store."""
+
+    def __init__(self, client: Client, store: LocalStore, connected: Callable[[], bool]) -> None:
+        self.client = client
+        self.store = store
+        self.connected = connected
+
+    async def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        if self.connected():
+            try:
+                with trio.fail_after(API_TIMEOUT):
+                    obj = await self.client.get(_RESOURCES[kind], name, namespace)
+            except ApiError as exc:
+                if exc.code == 404:
+                    await self.store.delete_object(kind, namespace, name)
+                    return None
+                log.info("%s %s/%s: %s; using the local copy", kind, namespace, name, exc)
+            except trio.TooSlowError:
+                log.info("%s %s/%s: API timed out; using the local copy", kind, namespace, name)
+            else:
+                await self.store.put_object(kind, obj)
+                return obj
+        return await self.store.get_object(kind, namespace, name)
+
+
+def _uid(pod: Obj) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
+
+
+def _stored_form(pod: Obj) -> Obj:
+    """The parts of a pod that matter to the local copy (no resourceVersion/managedFields)."""
+    meta = {
+        k: v
+        for k, v in (pod.get("metadata") or {}).items()
+        if k not in ("resourceVersion", "managedFields")
+    }
+    return {
+        "metadata": meta,
+        "spec": pod.get("spec"),
+        "phase": (pod.get("status") or {}).get("phase"),
+    }
+
+
+class Agent:
+    """The node agent (module doc). `runtime` is owned by the caller (close it after `run`)."""
+
+    def __init__(
+        self,
+        client: Client,
+        runtime: RuntimeService,
+        options: AgentOptions,
+        *,
+        facts: HostFacts | None = None,
+        clock: Callable[[], float] = time.time,
+        probes: bool = True,
+    ) -> None:
+        self.client = client
+        self.runtime = runtime
+        self.opts = options
+        self.name = options.node_name
+        self.facts = facts or host_facts(node_ip=options.node_ip, hostname=options.node_name)
+        self.clock = clock
+        self._use_probes = probes
+        self.workers: dict[str, PodWorker] = {}
+        self.store: LocalStore | None = None
+        self.reporter = NodeReporter(
+            client,
+            self.name,
+            runtime,
+            self.facts,
+            NodeReporterOptions(
+                labels=dict(options.labels),
+                kubelet_port=options.kubelet_port,
+                lease_duration=options.lease_duration,
+                renew_interval=options.renew_interval,
+                status_interval=options.status_interval,
+                report_interval=options.report_interval,
+            ),
+            clock=clock,
+        )
+        self.events = EventRecorder(client, "kubelet", self.name, clock=clock)
+        self.connected = False  # the pod source's last LIST/WATCH worked
+        self.restored = trio.Event()  # the pods of the local store have workers
+        self.synced = trio.Event()  # a LIST from the server was applied at least once
+        self._finished: dict[str, None] = {}  # UIDs whose worker finished (insertion order)
+        self._fingerprints: dict[str, tuple[Any, ...]] = {}
+        self._nursery: trio.Nursery | None = None
+        self._ctx: WorkerContext | None = None
+        self.relists = 0
+
+    # ------------------------------------------------------------------ running
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; `started` once the local pods have workers (never waits for the
+        server). Cancelling leaves the containers running, as a kubelet restart does."""
+        self.opts.data_dir.mkdir(parents=True, exist_ok=True)
+        store = self.store = await LocalStore.open(self.opts.data_dir / "agent.db")
+        try:
+            runtime_name = "containerd"
+            try:
+                with trio.fail_after(10):
+                    runtime_name = (await self.runtime.version()).runtime_name or runtime_name
+            except (CriError, trio.TooSlowError) as exc:
+                log.warning("agent %s: runtime version: %s", self.name, exc)
+            probes = None
+            if self._use_probes:
+                from .probes import ContainerProbes
+
+                probes = partial(ContainerProbes, runtime=self.runtime)
+            self._ctx = WorkerContext(
+                runtime=self.runtime,
+                client=self.client,
+                store=store,
+                objects=ObjectCache(self.client, store, lambda: self.connected),
+                events=self.events,
+                node_name=self.name,
+                host_ip=self.facts.internal_ip,
+                data_dir=self.opts.data_dir,
+                options=self.opts.worker,
+                clock=self.clock,
+                runtime_name=runtime_name,
+                node_cpus=self.facts.cpus,
+                node_memory=self.facts.memory_bytes,
+                probes=probes,
+            )
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self.events.run)
+                await nursery.start(self.reporter.run)
+                for stored in await store.pods():
+                    self._ensure_worker(stored.pod)
+                log.info(
+                    "agent %s: restored %d pods from the local store", self.name, len(self.workers)
+                )
+                self.restored.set()
+                nursery.start_soon(self._relist_loop)
+                nursery.start_soon(self._source_loop)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                await store.aclose()
+
+    # ------------------------------------------------------------------ workers
+    def _ensure_worker(self, pod: Obj) -> PodWorker | None:
+        uid = _uid(pod)
+        if not uid or uid in self._finished:
+            return None
+        worker = self.workers.get(uid)
+        if worker is not None:
+            worker.update(pod)
+            return worker
+        assert self._ctx is not None
+        assert self._nursery is not None
+        worker = self.workers[uid] = PodWorker(self._ctx, pod)
+        self._nursery.start_soon(self._run_worker, worker)
+        return worker
+
+    async def _run_worker(self, worker: PodWorker) -> None:
+        try:
+            await worker.run()
+        finally:
+            self.workers.pop(worker.uid, None)
+            self._fingerprints.pop(worker.uid, None)
+            self._finished[worker.uid] = None
+            while len(self._finished) > _FINISHED_MEMORY:
+                del self._finished[next(iter(self._finished))]
+
+    # ------------------------------------------------------------------ pod source
+    async def _apply(self, etype: str, pod: Obj) -> None:
+        uid = _uid(pod)
+        if not uid:
+            return
+        if etype == "DELETED":
+            worker = self.workers.get(uid)
+            if worker is not None:
+                worker.update(pod)
+                worker.mark_removed()
+            return
+        if uid in self._finished:
+            return
+        assert self.store is not None
+        worker = self.workers.get(uid)
+        if worker is None or _stored_form(worker.pod) != _stored_form(pod):
+            await self.store.put_pod(pod)  # persisted before acted upon
+        self._ensure_worker(pod)
+
+    async def _reconcile(self, pods: list[Obj]) -> None:
+        """Make workers and local store equal to the server's list of our pods."""
+        assert self.store is not None
+        listed = {_uid(p) for p in pods}
+        for uid, worker in list(self.workers.items()):
+            if uid not in listed:
+                log.info(
+                    "agent %s: pod %s was deleted meanwhile; stopping it", self.name, worker.key
+                )
+                worker.mark_removed()
+        for stored in await self.store.pods():
+            if stored.uid not in listed and stored.uid not in self.workers:
+                await self.store.delete_pod(stored.uid)
+        for p in pods:
+            await self._apply("ADDED", p)
+        for worker in self.workers.values():
+            worker.force_report()
+        keep = {
+            (kind, str((p.get("metadata") or {}).get("namespace") or ""), name)
+            for p in pods
+            for kind, name in referenced_objects(p)
+        }
+        await self.store.prune_objects(keep)
+
+    async def _source_loop(self) -> None:
+        selector = f"spec.nodeName={self.name}"
+        delay = SOURCE_BACKOFF_INITIAL
+        while True:
+            try:
+                with trio.fail_after(API_TIMEOUT * 3):
+                    listed = await self.client.list(PODS, field_selector=selector)
+                self.connected = True
+                await self._reconcile(list(listed.get("items") or []))
+                self.synced.set()
+                delay = SOURCE_BACKOFF_INITIAL
+                rv = str((listed.get("metadata") or {}).get("resourceVersion") or "")
+                async with self.client.watch(
+                    PODS,
+                    field_selector=selector,
+                    resource_version=rv,
+                    timeout_seconds=WATCH_TIMEOUT,
+                ) as events:
+                    async for etype, obj in events:
+                        if etype in ("ADDED", "MODIFIED", "DELETED"):
+                            await self._apply(etype, obj)
+                continue  # the watch ended cleanly: relist (cheap, and level-based)
+            except ApiError as exc:
+                if self.connected:
+                    log.warning(
+                        "agent %s: lost the API server (%s); running autonomously", self.name, exc
+                    )
+                self.connected = False
+            except trio.TooSlowError:
+                self.connected = False
+                log.warning("agent %s: listing pods timed out; running autonomously", self.name)
+            await trio.sleep(delay)
+            delay = min(delay * 2, SOURCE_BACKOFF_MAX)
+
+    # ------------------------------------------------------------------ relist (PLEG)
+    async def relist(self) -> None:
+        """One relist: poke changed workers, remove strays (see the module doc)."""
+        labels = {LABEL_AGENT: self.name}
+        with trio.fail_after(60):
+            sandboxes = await self.runtime.list_pod_sandbox(labels=labels)
+            containers = await self.runtime.list_containers(labels=labels)
+        by_uid: dict[str, list[tuple[str, int, int]]] = {}
+        for sb in sandboxes:
+            uid = sb.labels.get(LABEL_POD_UID, sb.uid)
+            by_uid.setdefault(uid, []).append((sb.id, int(sb.state), sb.attempt))
+        for c in containers:
+            uid = c.labels.get(LABEL_POD_UID, "")
+            by_uid.setdefault(uid, []).append((c.id, int(c.state), c.attempt))
+        for uid, worker in self.workers.items():
+            fp = tuple(sorted(by_uid.get(uid, [])))
+            if self._fingerprints.get(uid) != fp:
+                self._fingerprints[uid] = fp
+                worker.poke()
+        strays = set(by_uid) - set(self.workers)
+        if strays:
+            await self._remove_strays(strays, sandboxes, containers)
+        self.relists += 1
+
+    async def _remove_strays(
+        self, uids: set[str], sandboxes: list[Any], containers: list[Any]
+    ) -> None:
+        for sb in sandboxes:
+            if sb.labels.get(LABEL_POD_UID, sb.uid) in uids:
+                log.info(
+                    "agent %s: removing stray sandbox %s (%s/%s)",
+                    self.name,
+                    sb.id,
+                    sb.namespace,
+                    sb.name,
+                )
+                with trio.fail_after(60):
+                    await self.runtime.stop_pod_sandbox(sb.id)
+                    await self.runtime.remove_pod_sandbox(sb.id)
+        for c in containers:
+            if c.labels.get(LABEL_POD_UID, "") in uids:
+                with trio.fail_after(60):
+                    await self.runtime.remove_container(c.id)
+
+    def _housekeeping(self) -> None:
+        """Remove pod directories of pods this agent no longer knows (blocking; a thread)."""
+        root = self.opts.data_dir / "pods"
+        if not root.is_dir():
+            return
+        known = set(self.workers)
+        for entry in root.iterdir():
+            uid = entry.name.rsplit("_", 1)[-1]
+            if entry.is_dir() and uid not in known:
+                shutil.rmtree(entry, ignore_errors=True)
+
+    async def _relist_loop(self) -> None:
+        next_housekeeping = trio.current_time() + self.opts.housekeeping_interval
+        while True:
+            try:
+                await self.relist()
+            except (CriError, trio.TooSlowError) as exc:
+                log.warning("agent %s: relist failed: %s", self.name, exc)
+            if trio.current_time() >= next_housekeeping:
+                next_housekeeping = trio.current_time() + self.opts.housekeeping_interval
+                await trio.to_thread.run_sync(self._housekeeping)
+            await trio.sleep(self.opts.relist_interval)
+
+    # ------------------------------------------------------------------ introspection
+    def worker_for(self, namespace: str, name: str) -> PodWorker | None:
+        for w in self.workers.values():
+            if w.key == f"{namespace}/{name}":
+                return w
+        return None

@@ -1,0 +1,215 @@
+"""The agent's local copy of its desired state, for edge autonomy (SQLite in the data dir).
+
+Theory of operation
+-------------------
+A kubelet keeps pod specs in memory only, so a node that reboots while its control plane is
+unreachable comes back running nothing. This agent instead writes every pod bound to it —
+and every ConfigMap and Secret those pods reference — to `DATA_DIR/agent.db` *before* acting on
+it (KubeEdge's MetaManager order). Then:
+
+* while the server is unreachable the agent keeps running, restarting and probing the pods it
+  has (their workers never needed the server);
+* after a host reboot (an agent start with the server down) it starts the pods found here at
+  once, with the ConfigMaps/Secrets found here, without waiting for the server;
+* on reconnect the agent lists its pods from the server and makes this copy equal to that list
+  (pods deleted meanwhile are stopped and forgotten), then reports status.
+
+Tables: `pods(uid PK, namespace, name, body)` — the last pod object seen, JSON;
+`objects(kind, namespace, name PK, body)` — ConfigMaps and Secrets (Secret data stays base64,
+as in the API); `meta(key PK, value)` — small facts (e.g. the last pod list's resourceVersion).
+
+Invariants: one `DbThread` serializes every call (no lock needed); each write is one
+transaction; the database file is mode 0600 (it holds Secrets); `synchronous=FULL`: a pod that
+was acknowledged as stored survives a power cut, which is the point of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..dbthread import DbThread, open_wal
+
+__all__ = ["LocalStore", "StoredPod"]
+
+Obj = dict[str, Any]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS pods (
+    uid TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS objects (
+    kind TEXT NOT NULL,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (kind, namespace, name)
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPod:
+    uid: str
+    namespace: str
+    name: str
+    pod: Obj
+
+
+def _dumps(obj: Obj) -> str:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
+
+
+class LocalStore:
+    """The local pod/object copy. `await LocalStore.open(path)`, then `await store.aclose()`."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+        self._db = DbThread()
+
+    @classmethod
+    async def open(cls, path: str | os.PathLike[str]) -> LocalStore:
+        p = Path(path)
+        db = DbThread()
+
+        def _open() -> sqlite3.Connection:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            conn = open_wal(p, synchronous="FULL")
+            try:
+                conn.executescript(_SCHEMA)
+                os.chmod(p, 0o600)
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+
+        conn = await db.run(_open)
+        store = cls(conn, p)
+        store._db = db
+        return store
+
+    async def aclose(self) -> None:
+        await self._db.run(self._conn.close)
+
+    # ------------------------------------------------------------------ pods
+    async def put_pod(self, pod: Obj) -> None:
+        meta = pod.get("metadata") or {}
+        row = (
+            str(meta.get("uid") or ""),
+            str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
+            _dumps(pod),
+        )
+        if not row[0]:
+            raise ValueError("a pod without metadata.uid cannot be stored")
+
+        def _put() -> None:
+            with self._conn:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute(
+                    "INSERT INTO pods(uid, namespace, name, body) VALUES (?,?,?,?) "
+                    "ON CONFLICT(uid) DO UPDATE SET namespace=excluded.namespace, "
+                    "name=excluded.name, body=excluded.body",
+                    row,
+                )
+
+        await self._db.run(_put)
+
+    async def delete_pod(self, uid: str) -> None:
+        def _delete() -> None:
+            with self._conn:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute("DELETE FROM pods WHERE uid = ?", (uid,))
+
+        await self._db.run(_delete)
+
+    async def pods(self) -> list[StoredPod]:
+        def _all() -> list[StoredPod]:
+            rows = self._conn.execute(
+                "SELECT uid, namespace, name, body FROM pods ORDER BY namespace, name"
+            ).fetchall()
+            return [StoredPod(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+        return await self._db.run(_all)
+
+    # ------------------------------------------------------------------ configmaps, secrets
+    async def put_object(self, kind: str, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        row = (kind, str(meta.get("namespace") or ""), str(meta.get("name") or ""), _dumps(obj))
+
+        def _put() -> None:
+            with self._conn:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute(
+                    "INSERT INTO objects(kind, namespace, name, body) VALUES (?,?,?,?) "
+                    "ON CONFLICT(kind, namespace, name) DO UPDATE SET body=excluded.body",
+                    row,
+                )
+
+        await self._db.run(_put)
+
+    async def get_object(self, kind: str, namespace: str, name: str) -> Obj | None:
+        def _get() -> Obj | None:
+            row = self._conn.execute(
+                "SELECT body FROM objects WHERE kind=? AND namespace=? AND name=?",
+                (kind, namespace, name),
+            ).fetchone()
+            return json.loads(row[0]) if row else None
+
+        return await self._db.run(_get)
+
+    async def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        def _delete() -> None:
+            with self._conn:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute(
+                    "DELETE FROM objects WHERE kind=? AND namespace=? AND name=?",
+                    (kind, namespace, name),
+                )
+
+        await self._db.run(_delete)
+
+    async def prune_objects(self, keep: set[tuple[str, str, str]]) -> int:
+        """Forget the ConfigMaps/Secrets not in `keep` ((kind, namespace, name)); how many."""
+
+        def _prune() -> int:
+            rows = self._conn.execute("SELECT kind, namespace, name FROM objects").fetchall()
+            gone = [tuple(r) for r in rows if tuple(r) not in keep]
+            if gone:
+                with self._conn:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    self._conn.executemany(
+                        "DELETE FROM objects WHERE kind=? AND namespace=? AND name=?", gone
+                    )
+            return len(gone)
+
+        return await self._db.run(_prune)
+
+    # ------------------------------------------------------------------ meta
+    async def get_meta(self, key: str) -> str | None:
+        def _get() -> str | None:
+            row = self._conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+            return str(row[0]) if row else None
+
+        return await self._db.run(_get)
+
+    async def set_meta(self, key: str, value: str) -> None:
+        def _set() -> None:
+            with self._conn:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute(
+                    "INSERT INTO meta(key, value) VALUES (?,?) "
+                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                    (key, value),
+                )
+
+        await self._db.run(_set)
