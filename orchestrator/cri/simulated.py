@@ -1,0 +1,880 @@
+"""`SimulatedRuntime`: a `RuntimeService` whose containers "run" in memory.
+
+For the benchmark harness and fast agent tests: no processes, no threads, no network; it passes
+the same conformance suite as `CriRuntime` (tests/cri/conformance.py).
+
+Theory of operation
+-------------------
+A started container is a *timeline*, computed once when it starts, of events at offsets from its
+start: log lines, files created or removed (what exec probes look at), and at most one exit (code,
+reason). Nothing runs in the background: every call that observes a container first *advances*
+it to the current trio time (`trio.current_time()`, so `MockClock` drives it), applying the events
+that are due: lines are appended to its log file (CRI format, stamped with the event's own time),
+files change, and a due exit turns it EXITED with `finished_at` at the exit's time. The one
+consequence: a log line due after start appears in the file on the next call that looks at the
+container (the agent relists every second anyway); lines due at start are written by
+`start_container` itself.
+
+Where the timeline comes from, first match wins:
+1. `behaviours`: a `Behaviour` for the container's name, else for its image (or a callable
+   `(ContainerConfig) -> Behaviour | None`); it says how long it runs, the exit code, OOMKilled,
+   a create or start failure, log lines, exec answers, whether it answers HTTP probes.
+2. Otherwise the command is read as a tiny busybox shell, enough for the scripts tests and
+   examples use: `sleep N|infinity`, `echo ...` (with `>&2`, `> file`, `>> file`), `touch F`,
+   `rm [-f] F`, `exit N`, `true`, `false`, `httpd [-f] [-p PORT]` (serves until stopped),
+   `trap ... TERM`, `sh -c SCRIPT`, joined with `;`, `&&`, `||` or newlines. Anything else is
+   taken as a command that succeeds at once. No command at all: runs until stopped.
+
+`stop_container(grace)`: a main process that handles SIGTERM (a script with `trap ... TERM`, or a
+`Behaviour` without `ignore_sigterm`) exits 143 at once; any other command (PID 1 without a
+handler ignores SIGTERM, as observed with busybox on containerd) runs on until the grace period
+ends, or until its own exit if sooner, and is then killed: 137. `exec_sync` answers from the
+behaviour's table, else interprets the command the same way (`cat F` reads the container's files,
+`sleep N` past the timeout raises `DeadlineExceeded`, an unknown binary is a `RuntimeFailure` as
+with runc).
+
+Sandboxes: pod-network sandboxes get an IP from `pod_cidr` (10.88.0.0/16 by default), released
+on removal; host-network ones get none. Pod-network sandboxes fail while `network_ready` is off.
+Sim-only helpers for probes: `http_get(ip, port, path)` and `tcp_connect(ip, port)` answer for the
+containers running in the sandbox that owns the IP. `set_available(False)` makes every call raise
+`Unavailable`, as a stopped runtime does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import ipaddress
+import os
+import random
+import shlex
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Final
+
+import trio
+
+from .runtime import (
+    NETWORK_READY,
+    RUNTIME_READY,
+    Container,
+    ContainerConfig,
+    ContainerState,
+    ContainerStatus,
+    DeadlineExceeded,
+    ExecResult,
+    ImageInfo,
+    NotFound,
+    PodSandbox,
+    PodSandboxConfig,
+    Resources,
+    RuntimeCondition,
+    RuntimeFailure,
+    RuntimeStatus,
+    RuntimeVersion,
+    SandboxState,
+    SandboxStatus,
+    Unavailable,
+)
+
+__all__ = ["DEFAULT_IMAGES", "Behaviour", "SimulatedRuntime", "format_cri_log_line"]
+
+DEFAULT_IMAGES: Final = ("localhost/busybox:1", "localhost/pause:1")
+FOREVER: Final = float("inf")
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How a simulated container behaves, overriding what its command would do.
+
+    `run_for`: seconds from start to exit (None: until stopped). `exit_code` / `oom` (exit 137,
+    reason OOMKilled) describe that exit. `healthy_attempts_from`: attempts below this number crash
+    (exit `exit_code`, default 1 if 0) after `run_for`/1 s, later ones run normally: a crash loop
+    that heals. `create_error`/`start_error`: the call fails with this text (a RuntimeFailure).
+    `logs`: stdout lines written at start. `exec`: answers by command (`" ".join(cmd)`); commands
+    not listed are interpreted. `http_status`: what `http_get` answers (None: not listening).
+    `ports`: ports `tcp_connect` accepts. `ignore_sigterm`: stop waits the whole grace period.
+    `start_latency`: overrides the runtime's.
+    """
+
+    run_for: float | None = None
+    exit_code: int = 0
+    oom: bool = False
+    healthy_attempts_from: int | None = None
+    create_error: str | None = None
+    start_error: str | None = None
+    logs: tuple[str, ...] = ()
+    exec: Mapping[str, ExecResult] = field(default_factory=dict)
+    http_status: int | None = None
+    ports: tuple[int, ...] = ()
+    ignore_sigterm: bool = False
+    start_latency: float | None = None
+
+
+BehaviourSource = Mapping[str, Behaviour] | Callable[[ContainerConfig], Behaviour | None]
+
+
+# ---------------------------------------------------------------------- the tiny shell
+
+
+@dataclass
+class _Timeline:
+    """Events at offsets (seconds) from start; `exit_at` FOREVER = until stopped."""
+
+    events: list[tuple[float, str, str, bytes]] = field(default_factory=list)  # t, kind, arg, data
+    exit_at: float = FOREVER
+    exit_code: int = 0
+    reason: str = ""
+    handles_term: bool = True
+    http_ports: tuple[int, ...] = ()
+
+
+class _ExecExit(Exception):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+_SEPARATORS: Final = frozenset({";", "&&", "||", "&", "|", ";;"})
+
+
+def _split_script(script: str) -> Iterator[list[str]]:
+    """Split a shell script into commands (words; redirections stay tokens: `>`, `>>`, `>&`)."""
+    lex = shlex.shlex(script.replace("\n", " ; "), posix=True, punctuation_chars=True)
+    lex.whitespace_split = True
+    words: list[str] = []
+    for tok in lex:
+        if tok in _SEPARATORS:
+            if words:
+                yield words
+            words = []
+        else:
+            words.append(tok)
+    if words:
+        yield words
+
+
+def _argv_to_script(argv: Sequence[str]) -> tuple[list[list[str]], bool]:
+    """(commands, is_shell): `sh -c SCRIPT` becomes its commands; anything else one command."""
+    if len(argv) >= 3 and os.path.basename(argv[0]) in ("sh", "ash", "bash") and argv[1] == "-c":
+        return list(_split_script(argv[2])), True
+    return [list(argv)], False
+
+
+def _seconds(word: str) -> float:
+    if word in ("inf", "infinity"):
+        return FOREVER
+    try:
+        return float(word.rstrip("s"))
+    except ValueError:
+        return 0.0
+
+
+def _echo(words: list[str]) -> tuple[str, str, bool, str]:
+    """echo args → (text, stream, append, file)."""
+    stream, target, append = "stdout", "", False
+    out: list[str] = []
+    newline = True
+    i = 1
+    while i < len(words):
+        w = words[i]
+        nxt = words[i + 1] if i + 1 < len(words) else ""
+        if w == "-n" and not out:
+            newline = False
+        elif w == ">&":
+            stream, i = ("stderr" if nxt == "2" else "stdout"), i + 1
+        elif w in (">", ">>"):
+            target, append, i = nxt, w == ">>", i + 1
+        else:
+            out.append(w)
+        i += 1
+    return " ".join(out) + ("\n" if newline else ""), stream, append, target
+
+
+def _interpret_main(argv: Sequence[str]) -> _Timeline:
+    tl = _Timeline()
+    if not argv:
+        return tl  # the image's default command: runs until stopped
+    commands, _ = _argv_to_script(argv)
+    tl.handles_term = False  # PID 1 without a handler ignores SIGTERM (observed on containerd)
+    t = 0.0
+    for words in commands:
+        name = os.path.basename(words[0])
+        if name == "sleep":
+            t += _seconds(words[1] if len(words) > 1 else "0")
+            if t == FOREVER:
+                return tl
+        elif name == "echo":
+            text, stream, append, target = _echo(words)
+            if target:
+                tl.events.append((t, "append" if append else "write", target, text.encode()))
+            else:
+                tl.events.append((t, "log", stream, text.encode()))
+        elif name == "touch":
+            tl.events.extend((t, "append", p, b"") for p in words[1:])
+        elif name == "rm":
+            tl.events.extend((t, "rm", p, b"") for p in words[1:] if not p.startswith("-"))
+        elif name == "exit":
+            tl.exit_at, tl.exit_code = t, int(words[1]) if len(words) > 1 else 0
+            return tl
+        elif name == "false":
+            tl.exit_code = 1
+        elif name == "trap" and "TERM" in words:
+            tl.handles_term = True
+        elif name == "httpd":
+            port = 80
+            if "-p" in words[:-1]:
+                port = int(words[words.index("-p") + 1].rsplit(":", 1)[-1])
+            tl.http_ports += (port,)
+            if "-f" in words:  # foreground: serves until stopped
+                return tl
+        elif name == "exec" and len(words) > 1:
+            rest = _interpret_main(words[1:])
+            rest.events = tl.events + [(t + e[0], *e[1:]) for e in rest.events]
+            rest.exit_at += t
+            rest.http_ports = tl.http_ports + rest.http_ports
+            return rest
+        else:
+            tl.exit_code = 0
+    tl.exit_at = t
+    return tl
+
+
+# ---------------------------------------------------------------------- state
+
+
+@dataclass
+class _Sandbox:
+    id: str
+    config: PodSandboxConfig
+    state: SandboxState
+    created_at: int
+    ip: str
+
+
+@dataclass
+class _Container:
+    id: str
+    sandbox_id: str
+    config: ContainerConfig
+    behaviour: Behaviour | None
+    image_ref: str
+    log_path: str
+    created_at: int
+    state: ContainerState = ContainerState.CREATED
+    started_mono: float = 0.0
+    started_at: int = 0
+    finished_at: int = 0
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+    timeline: _Timeline = field(default_factory=_Timeline)
+    next_event: int = 0
+    files: dict[str, bytes] = field(default_factory=dict)
+    resources: Resources | None = None
+
+
+def format_cri_log_line(ts_ns: int, stream: str, text: str, tag: str = "F") -> str:
+    """One CRI log record: `<RFC3339Nano> <stream> <F|P> <text>\\n` (fraction's zeros trimmed)."""
+    secs, nanos = divmod(ts_ns, 1_000_000_000)
+    stamp = datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    frac = f"{nanos:09d}".rstrip("0")
+    return f"{stamp}{'.' + frac if frac else ''}Z {stream} {tag} {text}\n"
+
+
+class SimulatedRuntime:
+    """An in-memory `RuntimeService` (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        start_latency: float = 0.0,
+        behaviours: BehaviourSource | None = None,
+        images: Sequence[str] = DEFAULT_IMAGES,
+        pod_cidr: str = "10.88.0.0/16",
+        network_ready: bool = True,
+        rng: random.Random | None = None,
+        epoch: float | None = None,
+    ) -> None:
+        self.start_latency = start_latency
+        self.behaviours = behaviours
+        self.network_ready = network_ready
+        self._rng = rng if rng is not None else random.Random(0)
+        self._epoch = epoch
+        self._t0: float | None = None
+        self._available = True
+        self._images: dict[str, ImageInfo] = {}
+        for ref in images:
+            self._add_image(ref)
+        self._net = ipaddress.ip_network(pod_cidr)
+        self._free_ips: list[str] = []
+        self._next_host = 2  # .1 is the gateway
+        self._sandboxes: dict[str, _Sandbox] = {}
+        self._containers: dict[str, _Container] = {}
+
+    # ------------------------------------------------------------------ sim-only controls
+
+    def set_available(self, available: bool) -> None:
+        """While False, every call raises Unavailable (the runtime is "down")."""
+        self._available = available
+
+    def add_image(self, ref: str) -> None:
+        self._add_image(ref)
+
+    def http_get(self, ip: str, port: int, path: str = "/") -> int | None:
+        """Status code a GET to a running container at (ip, port) gets; None: refused."""
+        for c in self._running_at(ip):
+            b = c.behaviour
+            if b is not None and b.http_status is not None and (not b.ports or port in b.ports):
+                return b.http_status
+            if port in c.timeline.http_ports:
+                return 200
+        return None
+
+    def tcp_connect(self, ip: str, port: int) -> bool:
+        for c in self._running_at(ip):
+            b = c.behaviour
+            ports = set(c.timeline.http_ports) | set(b.ports if b else ())
+            if port in ports or (b is not None and b.http_status is not None and not b.ports):
+                return True
+        return False
+
+    def _running_at(self, ip: str) -> Iterator[_Container]:
+        sandboxes = {s.id for s in self._sandboxes.values() if s.ip == ip}
+        for c in list(self._containers.values()):
+            if c.sandbox_id in sandboxes:
+                self._advance(c)
+                if c.state == ContainerState.RUNNING:
+                    yield c
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _enter(self) -> None:
+        await trio.lowlevel.checkpoint()
+        if not self._available:
+            raise Unavailable("simulated runtime unavailable (set_available(False))")
+
+    def _now_ns(self) -> int:
+        mono = trio.current_time()
+        if self._t0 is None:
+            self._t0 = mono
+            if self._epoch is None:
+                self._epoch = time.time()
+        assert self._epoch is not None
+        return int((self._epoch + (mono - self._t0)) * 1e9)
+
+    def _mono_to_ns(self, mono: float) -> int:
+        self._now_ns()
+        assert self._epoch is not None
+        assert self._t0 is not None
+        return int((self._epoch + (mono - self._t0)) * 1e9)
+
+    def _new_id(self) -> str:
+        return f"{self._rng.getrandbits(256):064x}"
+
+    def _add_image(self, ref: str) -> ImageInfo:
+        digest = "sha256:" + hashlib.sha256(ref.encode()).hexdigest()
+        info = ImageInfo(id=digest, repo_tags=(ref,), size=2_000_000)
+        self._images[ref] = info
+        return info
+
+    def _find_image(self, ref: str) -> ImageInfo | None:
+        if ref in self._images:
+            return self._images[ref]
+        for info in self._images.values():
+            if ref == info.id:
+                return info
+        return None
+
+    def _allocate_ip(self) -> str:
+        if self._free_ips:
+            return self._free_ips.pop(0)
+        if self._next_host >= self._net.num_addresses - 1:
+            raise RuntimeFailure(f"failed to allocate an IP: {self._net} is exhausted")
+        ip = str(self._net.network_address + self._next_host)
+        self._next_host += 1
+        return ip
+
+    def _behaviour(self, config: ContainerConfig) -> Behaviour | None:
+        src = self.behaviours
+        if src is None:
+            return None
+        if callable(src):
+            return src(config)
+        return src.get(config.name) or src.get(config.image)
+
+    def _write_log(self, c: _Container, ts_ns: int, stream: str, data: bytes) -> None:
+        if not c.log_path:
+            return
+        text = data.decode(errors="replace")
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        with open(c.log_path, "a", encoding="utf-8") as f:  # small local appends
+            for line in lines:
+                f.write(format_cri_log_line(ts_ns, stream, line))
+
+    def _advance(self, c: _Container) -> None:
+        """Apply the events of a running container's timeline that are due by now."""
+        if c.state != ContainerState.RUNNING:
+            return
+        elapsed = trio.current_time() - c.started_mono
+        tl = c.timeline
+        while c.next_event < len(tl.events) and tl.events[c.next_event][0] <= elapsed:
+            t, kind, arg, data = tl.events[c.next_event]
+            c.next_event += 1
+            if t > tl.exit_at:
+                break
+            self._apply(c, c.started_mono + t, kind, arg, data)
+        if tl.exit_at <= elapsed:
+            self._exit(c, c.started_mono + tl.exit_at, tl.exit_code, tl.reason)
+
+    def _apply(self, c: _Container, mono: float, kind: str, arg: str, data: bytes) -> None:
+        if kind == "log":
+            self._write_log(c, self._mono_to_ns(mono), arg, data)
+        elif kind == "write":
+            c.files[arg] = data
+        elif kind == "append":
+            c.files[arg] = c.files.get(arg, b"") + data
+        elif kind == "rm":
+            c.files.pop(arg, None)
+
+    def _exit(self, c: _Container, mono: float, code: int, reason: str = "") -> None:
+        c.state = ContainerState.EXITED
+        c.finished_at = self._mono_to_ns(mono)
+        c.exit_code = code
+        c.reason = reason or ("Completed" if code == 0 else "Error")
+
+    def _sandbox(self, sandbox_id: str) -> _Sandbox:
+        try:
+            return self._sandboxes[sandbox_id]
+        except KeyError:
+            raise NotFound(
+                f'an error occurred when try to find sandbox "{sandbox_id}": not found'
+            ) from None
+
+    def _container(self, container_id: str) -> _Container:
+        try:
+            c = self._containers[container_id]
+        except KeyError:
+            raise NotFound(
+                f'an error occurred when try to find container "{container_id}": not found'
+            ) from None
+        self._advance(c)
+        return c
+
+    # ------------------------------------------------------------------ runtime
+
+    async def version(self) -> RuntimeVersion:
+        await self._enter()
+        return RuntimeVersion("0.1.0", "simulated", "0.1.0", "v1")
+
+    async def status(self) -> RuntimeStatus:
+        await self._enter()
+        net = RuntimeCondition(NETWORK_READY, True)
+        if not self.network_ready:
+            net = RuntimeCondition(
+                NETWORK_READY,
+                False,
+                "NetworkPluginNotReady",
+                "Network plugin returns error: cni plugin not initialized",
+            )
+        return RuntimeStatus((RuntimeCondition(RUNTIME_READY, True), net))
+
+    # ------------------------------------------------------------------ sandboxes
+
+    async def run_pod_sandbox(self, config: PodSandboxConfig, runtime_handler: str = "") -> str:
+        await self._enter()
+        if runtime_handler:
+            raise RuntimeFailure(f'no runtime for "{runtime_handler}" is configured')
+        key = (config.name, config.namespace, config.uid, config.attempt)
+        for s in self._sandboxes.values():
+            c = s.config
+            if (c.name, c.namespace, c.uid, c.attempt) == key:
+                name = f"{config.name}_{config.namespace}_{config.uid}_{config.attempt}"
+                raise RuntimeFailure(
+                    f'failed to reserve sandbox name "{name}": name "{name}" is reserved for '
+                    f'"{s.id}"'
+                )
+        if config.host_network and config.hostname:
+            raise RuntimeFailure(
+                "failed to create containerd task: runc create failed: unable to start container "
+                "process: unable to set hostname without a private UTS namespace"
+            )
+        if not config.host_network and not self.network_ready:
+            raise RuntimeFailure("failed to setup network for sandbox: cni plugin not initialized")
+        ip = "" if config.host_network else self._allocate_ip()
+        sid = self._new_id()
+        self._sandboxes[sid] = _Sandbox(sid, config, SandboxState.READY, self._now_ns(), ip)
+        if config.log_directory:
+            os.makedirs(config.log_directory, exist_ok=True)
+        return sid
+
+    async def stop_pod_sandbox(self, sandbox_id: str) -> None:
+        await self._enter()
+        s = self._sandboxes.get(sandbox_id)
+        if s is None:
+            return
+        now = trio.current_time()
+        for c in self._containers.values():
+            if c.sandbox_id == sandbox_id:
+                self._advance(c)
+                if c.state == ContainerState.RUNNING:
+                    self._exit(c, now, 137)
+        s.state = SandboxState.NOTREADY
+
+    async def remove_pod_sandbox(self, sandbox_id: str) -> None:
+        await self._enter()
+        s = self._sandboxes.pop(sandbox_id, None)
+        if s is None:
+            return
+        for cid in [c.id for c in self._containers.values() if c.sandbox_id == sandbox_id]:
+            del self._containers[cid]
+        if s.ip:
+            self._free_ips.append(s.ip)
+
+    async def pod_sandbox_status(self, sandbox_id: str) -> SandboxStatus:
+        await self._enter()
+        s = self._sandbox(sandbox_id)
+        c = s.config
+        return SandboxStatus(
+            id=s.id,
+            name=c.name,
+            namespace=c.namespace,
+            uid=c.uid,
+            attempt=c.attempt,
+            state=s.state,
+            created_at=s.created_at,
+            ip=s.ip,
+            host_network=c.host_network,
+            labels=dict(c.labels),
+            annotations=dict(c.annotations),
+        )
+
+    async def list_pod_sandbox(
+        self,
+        *,
+        sandbox_id: str | None = None,
+        state: SandboxState | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[PodSandbox]:
+        await self._enter()
+        out = []
+        for s in self._sandboxes.values():
+            c = s.config
+            if sandbox_id and s.id != sandbox_id:
+                continue
+            if state is not None and s.state != state:
+                continue
+            if labels and any(c.labels.get(k) != v for k, v in labels.items()):
+                continue
+            out.append(
+                PodSandbox(
+                    id=s.id,
+                    name=c.name,
+                    namespace=c.namespace,
+                    uid=c.uid,
+                    attempt=c.attempt,
+                    state=s.state,
+                    created_at=s.created_at,
+                    labels=dict(c.labels),
+                    annotations=dict(c.annotations),
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ containers
+
+    async def create_container(
+        self, sandbox_id: str, config: ContainerConfig, sandbox_config: PodSandboxConfig
+    ) -> str:
+        await self._enter()
+        s = self._sandbox(sandbox_id)
+        if s.state != SandboxState.READY:
+            raise RuntimeFailure(f'sandbox container "{sandbox_id}" is not running')
+        image = self._find_image(config.image)
+        if image is None:
+            raise RuntimeFailure(
+                f'failed to get image "{config.image}": image "{config.image}": not found'
+            )
+        for other in self._containers.values():
+            if (
+                other.sandbox_id == sandbox_id
+                and other.config.name == config.name
+                and other.config.attempt == config.attempt
+            ):
+                name = f"{config.name}_{s.config.name}_{s.config.namespace}_{config.attempt}"
+                raise RuntimeFailure(
+                    f'failed to reserve container name "{name}": name "{name}" is reserved for '
+                    f'"{other.id}"'
+                )
+        behaviour = self._behaviour(config)
+        if behaviour is not None and behaviour.create_error:
+            raise RuntimeFailure(behaviour.create_error)
+        log_path = ""
+        if s.config.log_directory and config.log_path:
+            log_path = os.path.join(s.config.log_directory, config.log_path)
+            os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        cid = self._new_id()
+        self._containers[cid] = _Container(
+            id=cid,
+            sandbox_id=sandbox_id,
+            config=config,
+            behaviour=behaviour,
+            image_ref=image.id,
+            log_path=log_path,
+            created_at=self._now_ns(),
+            resources=config.resources,
+        )
+        return cid
+
+    async def start_container(self, container_id: str) -> None:
+        await self._enter()
+        c = self._container(container_id)
+        if c.state != ContainerState.CREATED:
+            raise RuntimeFailure(
+                f'failed to start container "{container_id}": container is in {c.state.name} state'
+            )
+        b = c.behaviour
+        latency = b.start_latency if b is not None and b.start_latency is not None else None
+        latency = self.start_latency if latency is None else latency
+        if latency > 0:
+            await trio.sleep(latency)
+        if c.id not in self._containers or c.state != ContainerState.CREATED:
+            raise RuntimeFailure(f'container "{container_id}" was removed while starting')
+        if b is not None and b.start_error:
+            c.state = ContainerState.EXITED
+            c.finished_at = self._now_ns()
+            c.exit_code, c.reason, c.message = 128, "StartError", b.start_error
+            raise RuntimeFailure(b.start_error)
+        c.timeline = self._timeline(c)
+        c.state = ContainerState.RUNNING
+        c.started_mono = trio.current_time()
+        c.started_at = self._now_ns()
+        self._write_log(c, 0, "stdout", b"")  # creates the (empty) log file
+        self._advance(c)
+
+    def _timeline(self, c: _Container) -> _Timeline:
+        b = c.behaviour
+        if b is None:
+            return _interpret_main([*c.config.command, *c.config.args])
+        tl = _Timeline(handles_term=not b.ignore_sigterm)
+        tl.events = [(0.0, "log", "stdout", (line + "\n").encode()) for line in b.logs]
+        crash = b.healthy_attempts_from is not None and c.config.attempt < b.healthy_attempts_from
+        if crash:
+            tl.exit_at = b.run_for if b.run_for is not None else 1.0
+            tl.exit_code = b.exit_code or 1
+        elif b.healthy_attempts_from is not None:
+            return tl  # healed: runs until stopped
+        elif b.run_for is not None:
+            tl.exit_at, tl.exit_code = b.run_for, b.exit_code
+        if b.oom and not (b.healthy_attempts_from is not None and not crash):
+            tl.exit_code, tl.reason = 137, "OOMKilled"
+            if tl.exit_at == FOREVER:
+                tl.exit_at = 0.0
+        return tl
+
+    async def stop_container(self, container_id: str, grace_period: int) -> None:
+        await self._enter()
+        c = self._containers.get(container_id)
+        if c is None:
+            return
+        self._advance(c)
+        if c.state == ContainerState.CREATED:
+            self._exit(c, trio.current_time(), 0)
+            c.reason = "Error" if c.reason == "Completed" else c.reason
+            return
+        if c.state != ContainerState.RUNNING:
+            return
+        if c.timeline.handles_term:
+            self._exit(c, trio.current_time(), 143)
+            return
+        remaining = c.started_mono + c.timeline.exit_at - trio.current_time()
+        if grace_period > 0:
+            await trio.sleep(max(0.0, min(float(grace_period), remaining)))
+        self._advance(c)
+        if c.state == ContainerState.RUNNING:
+            self._exit(c, trio.current_time(), 137)
+
+    async def remove_container(self, container_id: str) -> None:
+        await self._enter()
+        self._containers.pop(container_id, None)
+
+    async def container_status(self, container_id: str) -> ContainerStatus:
+        await self._enter()
+        c = self._container(container_id)
+        cfg = c.config
+        return ContainerStatus(
+            id=c.id,
+            name=cfg.name,
+            attempt=cfg.attempt,
+            state=c.state,
+            created_at=c.created_at,
+            started_at=c.started_at,
+            finished_at=c.finished_at,
+            exit_code=c.exit_code,
+            reason=c.reason,
+            message=c.message,
+            image=cfg.image,
+            image_ref=c.image_ref,
+            log_path=c.log_path,
+            labels=dict(cfg.labels),
+            annotations=dict(cfg.annotations),
+        )
+
+    async def list_containers(
+        self,
+        *,
+        container_id: str | None = None,
+        sandbox_id: str | None = None,
+        state: ContainerState | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> list[Container]:
+        await self._enter()
+        out = []
+        for c in self._containers.values():
+            self._advance(c)
+            cfg = c.config
+            if container_id and c.id != container_id:
+                continue
+            if sandbox_id and c.sandbox_id != sandbox_id:
+                continue
+            if state is not None and c.state != state:
+                continue
+            if labels and any(cfg.labels.get(k) != v for k, v in labels.items()):
+                continue
+            out.append(
+                Container(
+                    id=c.id,
+                    sandbox_id=c.sandbox_id,
+                    name=cfg.name,
+                    attempt=cfg.attempt,
+                    image=cfg.image,
+                    image_ref=c.image_ref,
+                    state=c.state,
+                    created_at=c.created_at,
+                    labels=dict(cfg.labels),
+                    annotations=dict(cfg.annotations),
+                )
+            )
+        return out
+
+    async def exec_sync(
+        self, container_id: str, cmd: Sequence[str], timeout_seconds: float = 0
+    ) -> ExecResult:
+        await self._enter()
+        c = self._container(container_id)
+        if c.state != ContainerState.RUNNING:
+            raise RuntimeFailure(
+                f'failed to exec in container: container "{container_id}" is in '
+                f"{c.state.name} state"
+            )
+        if not cmd:
+            raise RuntimeFailure("ExecSync: command must not be empty")
+        if c.behaviour is not None and " ".join(cmd) in c.behaviour.exec:
+            return c.behaviour.exec[" ".join(cmd)]
+        commands, is_shell = _argv_to_script(cmd)
+        known = {"sh", "echo", "cat", "sleep", "true", "false", "exit", "touch", "rm", "test"}
+        if not is_shell and os.path.basename(cmd[0]) not in known | {"ls", "wget", "["}:
+            raise RuntimeFailure(
+                f"failed to exec in container: failed to start exec: OCI runtime exec failed: "
+                f'exec failed: unable to start container process: exec: "{cmd[0]}": '
+                "executable file not found in $PATH: unknown"
+            )
+        limit = timeout_seconds if timeout_seconds > 0 else FOREVER
+        out, err = bytearray(), bytearray()
+        code = 0
+        start = trio.current_time()
+        for words in commands:
+            name = os.path.basename(words[0])
+            if name == "echo":
+                text, stream, append, target = _echo(words)
+                if target:
+                    c.files[target] = (c.files.get(target, b"") if append else b"") + text.encode()
+                else:
+                    (err if stream == "stderr" else out).extend(text.encode())
+                code = 0
+            elif name == "cat":
+                code = 0
+                for path in words[1:]:
+                    if path in c.files:
+                        out.extend(c.files[path])
+                    else:
+                        err.extend(
+                            f"cat: can't open '{path}': No such file or directory\n".encode()
+                        )
+                        code = 1
+            elif name in ("test", "[") and len(words) >= 3 and words[1] in ("-e", "-f"):
+                code = 0 if words[2] in c.files else 1
+            elif name == "sleep":
+                seconds = _seconds(words[1] if len(words) > 1 else "0")
+                left = limit - (trio.current_time() - start)
+                if seconds > left:
+                    await trio.sleep(max(0.0, left))
+                    raise DeadlineExceeded(
+                        f"failed to exec in container: timeout {timeout_seconds:g}s exceeded: "
+                        "context deadline exceeded"
+                    )
+                await trio.sleep(seconds)
+                code = 0
+            elif name == "exit":
+                code = int(words[1]) if len(words) > 1 else code
+                break
+            elif name == "true":
+                code = 0
+            elif name == "false":
+                code = 1
+            elif name == "touch":
+                for path in words[1:]:
+                    c.files.setdefault(path, b"")
+                code = 0
+            elif name == "rm":
+                for path in words[1:]:
+                    c.files.pop(path, None)
+                code = 0
+            elif name == "wget":
+                url = next((w for w in words[1:] if "://" in w), "")
+                port = _url_port(url)
+                sandbox = self._sandboxes.get(c.sandbox_id)
+                status = self.http_get(sandbox.ip if sandbox else "", port) if url else None
+                code = 0 if status is not None and 200 <= status < 400 else 1
+            else:
+                err.extend(f"sh: {words[0]}: not found\n".encode())
+                code = 127
+        return ExecResult(stdout=bytes(out), stderr=bytes(err), exit_code=code)
+
+    async def update_container_resources(self, container_id: str, resources: Resources) -> None:
+        await self._enter()
+        c = self._container(container_id)
+        if c.state == ContainerState.EXITED:
+            raise RuntimeFailure(f'container "{container_id}" is not running or created')
+        c.resources = dataclasses.replace(resources)
+
+    # ------------------------------------------------------------------ images
+
+    async def image_status(self, image: str) -> ImageInfo | None:
+        await self._enter()
+        return self._find_image(image)
+
+    async def pull_image(self, image: str) -> str:
+        await self._enter()
+        info = self._find_image(image) or self._add_image(image)
+        return info.id
+
+    async def list_images(self) -> list[ImageInfo]:
+        await self._enter()
+        return list(self._images.values())
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+def _url_port(url: str) -> int:
+    rest = url.split("://", 1)[-1].split("/", 1)[0]
+    if ":" in rest:
+        try:
+            return int(rest.rsplit(":", 1)[1])
+        except ValueError:
+            return 80
+    return 443 if url.startswith("https") else 80
