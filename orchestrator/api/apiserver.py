@@ -29,6 +29,7 @@ from .auth.pki import Pki, ensure_pki
 from .auth.shared import Bundle, local_bundle, shared_credentials
 from .auth.tls import serve, server_ssl_context
 from .auth.tokens import ADMIN_USER, MASTERS, TokenStore
+from .logproxy import AgentLogProxy
 from .resources import Api, Call
 from .schema.builtin import builtin_registry
 from .schema.crd import kinds_from_crd
@@ -48,6 +49,7 @@ class ApiOptions:
     tls: bool = True
     extra_sans: list[str] = field(default_factory=list)
     cluster_token: str = ""  # encrypts the credentials the servers share through the store
+    node_name: str = ""  # this server's embedded agent's Node (its logs are read on 127.0.0.1)
 
 
 def split_host_port(text: str) -> tuple[str, int]:
@@ -126,10 +128,12 @@ class ApiServer:
         self.tokens = tokens = TokenStore.open(data_dir)
         admin_token = bundle.admin_token
         authenticator = Authenticator(tokens, pki.ca_cert)
+        logs = await AgentLogProxy.for_pki(pki, self._get_node, local_node=self.opts.node_name)
         app = ApiApp(
             self.api,
             authenticator,
             server_address=f"{host}:{port}",
+            logs=logs,
             ready=self._ready or (lambda: True),
         )
         context = server_ssl_context(pki) if self.opts.tls else None
@@ -153,6 +157,17 @@ class ApiServer:
             nursery.start_soon(self._sync_custom_kinds)
             log.info("API server on %s (kubeconfig %s)", url, data_dir / "kubeconfig.yaml")
             task_status.started(self.port)
+
+    async def _get_node(self, name: str) -> Obj | None:
+        """The Node object (for the log proxy), or None if there is none by that name."""
+        kind = self.registry.by_resource("", "v1", "nodes")
+        assert kind is not None
+        try:
+            return await self.api.get(self.admin, kind, "", name)
+        except errors.ApiError as exc:
+            if exc.code == 404:
+                return None
+            raise
 
     async def _bootstrap(self) -> None:
         """Create the system namespaces (idempotent; retried until the store has quorum)."""

@@ -318,3 +318,26 @@ def issue_client_cert(
         days,
     )
     return _cert_pem(cert), _key_pem(key)
+
+
+def issue_serving_cert(
+    pki: Pki,
+    common_name: str,
+    sans: list[str],
+    *,
+    days: int = LEAF_DAYS,
+    now: dt.datetime | None = None,
+) -> tuple[bytes, bytes]:
+    """A server certificate for another component (a node agent's log endpoint) and its key,
+    both PEM, for `default_sans()` plus `sans` (IP addresses or DNS names). Nothing is stored."""
+    names = [_general_name(s) for s in dict.fromkeys([*default_sans(), *sans]) if s]
+    cert, key = _leaf(
+        pki.ca_cert,
+        pki.ca_key,
+        _name(common_name),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        now or _now(),
+        days,
+        names,
+    )
+    return _cert_pem(cert), _key_pem(key)
