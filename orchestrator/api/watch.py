@@ -27,6 +27,7 @@ from . import errors
 from .request import Query
 from .resources import Api, Call
 from .schema.kind import Kind
+from .selectors import parse_field_selector, parse_label_selector
 
 Obj = dict[str, Any]
 
@@ -66,6 +67,10 @@ async def open_watch(
             urlencode({**_params(query), "fieldSelector": f"metadata.name={name}{extra}"})
         )
     matches = api.matcher(kind, query)
+    everything = (
+        parse_label_selector(query.get("labelSelector")).empty()
+        and parse_field_selector(query.get("fieldSelector")).empty()
+    )
     bookmarks = query.flag("allowWatchBookmarks")
     rv_text = query.get("resourceVersion")
     initial = query.flag("sendInitialEvents")
@@ -101,7 +106,7 @@ async def open_watch(
                         yield bookmark(kind, response.revision)
                     continue
                 for e in response.events:
-                    out = _translate(api, kind, e, matches)
+                    out = _translate(api, kind, e, None if everything else matches)
                     if out is not None:
                         yield out
 
@@ -109,7 +114,16 @@ async def open_watch(
 
 
 def _translate(api: Api, kind: Kind, ev: Any, matches: Any) -> Obj | None:
+    """The Kubernetes event for store event `ev`, or None; `matches` None: no selector."""
     revision = ev.kv.mod_revision
+    if matches is None and ev.type != EventType.DELETE:
+        # Everything matches: the previous state only tells ADDED from MODIFIED, so it is
+        # not decoded (decoding is the bulk of a watcher's work).
+        new = _decode(ev.kv.value, revision)
+        etype = "MODIFIED" if ev.prev_kv else "ADDED"
+        return {"type": etype, "object": api._present(kind, new)}
+    if matches is None:
+        matches = _everything
     prev = _decode(ev.prev_kv.value, ev.prev_kv.mod_revision) if ev.prev_kv else None
     if ev.type == EventType.DELETE:
         if prev is None or not matches(prev):
@@ -127,6 +141,10 @@ def _translate(api: Api, kind: Kind, ev: Any, matches: Any) -> Obj | None:
         new["metadata"]["resourceVersion"] = str(revision)
         return {"type": "DELETED", "object": api._present(kind, new)}
     return None
+
+
+def _everything(obj: Obj) -> bool:
+    return True
 
 
 def _params(query: Query) -> dict[str, str]:
