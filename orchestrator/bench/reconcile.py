@@ -11,6 +11,8 @@ One process holds everything, as on an edge device:
   `system:node:<name>`);
 * the workload: `D` Deployments (or, while no Deployment controller is registered, `D`
   ReplicaSets) whose replicas total `M`, created as fast as the API takes them;
+* the cyclic garbage collector tuned as `orchestrator server` tunes it once started
+  (`server.tune_gc`: start-up objects frozen, far rarer collections);
 * an observer: one admin watch on pods recording, per pod, when it was first seen (created),
   first seen with a node (bound) and first seen Running — the SLO's "as seen by watch".
 
@@ -45,7 +47,7 @@ from ..client.resource import DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS
 from ..controllers.runtime.client import InProcessClient
 from ..raft.node import NodeConfig
 from ..scheduler.scheduler import Scheduler
-from ..server import Server, ServerOptions
+from ..server import Server, ServerOptions, tune_gc
 from ..sim.nodes import SimulatedCluster
 
 __all__ = ["BenchResult", "add_parser", "main", "run_bench"]
@@ -227,6 +229,7 @@ async def run_bench(
                     except ApiError:
                         await trio.sleep(0.05)
                 await admin.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
+            tune_gc()  # as `orchestrator server` does once started
             per_node = max(110, -(-pods // nodes) + 10)  # room for every pod, whatever N
             cluster = SimulatedCluster(
                 api, nodes, prefix="sim-", cpu="32", memory="256Gi", pods=per_node
