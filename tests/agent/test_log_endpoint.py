@@ -125,7 +125,8 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     endpoint = LogEndpoint(
         tmp_path,
         lambda ns, name: agent_pods.get(name),
-        tls=EndpointTLS.from_pki(pki),
+        # A certificate of its own (the server test below reuses the API server's).
+        tls=EndpointTLS.issue(pki, "n1", ["127.0.0.1"], tmp_path / "agent-pki"),
         host="127.0.0.1",
         port=0,
         poll_interval=0.02,
