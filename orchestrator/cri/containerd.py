@@ -128,6 +128,9 @@ class CriRuntime:
                 options=[
                     ("grpc.max_receive_message_length", _MAX_MESSAGE),
                     ("grpc.max_send_message_length", _MAX_MESSAGE),
+                    # A new channel must really reconnect: with the process-wide subchannel
+                    # pool it would inherit the old connection's back-off.
+                    ("grpc.use_local_subchannel_pool", 1),
                 ],
             )
             self._runtime = pb_grpc.RuntimeServiceStub(self._channel)

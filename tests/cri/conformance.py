@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import pytest
 import trio
+from trio.abc import Clock
 
 from orchestrator.cri import (
     ContainerConfig,
@@ -121,7 +122,15 @@ class Pods:
 
 
 class RuntimeConformance:
-    """Inherit as `Test<Impl>` and provide a `runtime` fixture."""
+    """Inherit as `Test<Impl>` and provide a `runtime` fixture (and `clock`, to run on one).
+
+    Every test takes `clock` because pytest-trio only runs a test on a Clock passed to the test
+    itself; a simulated runtime overrides it with `MockClock(autojump_threshold=0)`.
+    """
+
+    @pytest.fixture
+    def clock(self) -> Clock | None:
+        return None
 
     @pytest.fixture
     async def pods(self, runtime: RuntimeService, tmp_path: Path) -> AsyncIterator[Pods]:
@@ -134,7 +143,7 @@ class RuntimeConformance:
 
     # ------------------------------------------------------------------ runtime
 
-    async def test_version_and_status(self, runtime: RuntimeService) -> None:
+    async def test_version_and_status(self, clock: Clock | None, runtime: RuntimeService) -> None:
         with trio.fail_after(30):
             v = await runtime.version()
             assert v.runtime_api_version == "v1"
@@ -146,7 +155,7 @@ class RuntimeConformance:
     # ------------------------------------------------------------------ sandboxes
 
     async def test_host_network_sandbox_lifecycle(
-        self, runtime: RuntimeService, pods: Pods
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
     ) -> None:
         with trio.fail_after(60):
             sid, config = await pods.sandbox("hostnet")
@@ -184,7 +193,7 @@ class RuntimeConformance:
             assert await runtime.list_pod_sandbox(sandbox_id=sid) == []
 
     async def test_pod_network_sandbox_gets_an_ip(
-        self, runtime: RuntimeService, pods: Pods
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
     ) -> None:
         with trio.fail_after(60):
             if not (await runtime.status()).network_ready:
@@ -198,7 +207,7 @@ class RuntimeConformance:
             assert sa.ip != sb.ip
 
     async def test_same_sandbox_name_twice_is_refused(
-        self, runtime: RuntimeService, pods: Pods
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
     ) -> None:
         with trio.fail_after(60):
             sid, config = await pods.sandbox("dup")
@@ -208,7 +217,9 @@ class RuntimeConformance:
 
     # ------------------------------------------------------------------ containers
 
-    async def test_container_lifecycle(self, runtime: RuntimeService, pods: Pods) -> None:
+    async def test_container_lifecycle(
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
+    ) -> None:
         with trio.fail_after(60):
             sandbox = await pods.sandbox()
             cid = await pods.container(sandbox, "sleep", "3600", start=False)
@@ -239,7 +250,7 @@ class RuntimeConformance:
                 await runtime.container_status(cid)
 
     async def test_shell_ignoring_sigterm_is_killed_after_grace(
-        self, runtime: RuntimeService, pods: Pods
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
     ) -> None:
         with trio.fail_after(60):
             sandbox = await pods.sandbox()
@@ -252,7 +263,9 @@ class RuntimeConformance:
             assert st.exit_code == 137
             assert trio.current_time() - start >= 0.9
 
-    async def test_exit_codes(self, runtime: RuntimeService, pods: Pods) -> None:
+    async def test_exit_codes(
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
+    ) -> None:
         with trio.fail_after(60):
             sandbox = await pods.sandbox()
             failing = await pods.container(sandbox, "sh", "-c", "exit 3", name="fails")
@@ -264,7 +277,9 @@ class RuntimeConformance:
             assert st.exit_code == 0
             assert st.reason == "Completed"
 
-    async def test_exec_sync(self, runtime: RuntimeService, pods: Pods) -> None:
+    async def test_exec_sync(
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
+    ) -> None:
         with trio.fail_after(60):
             sandbox = await pods.sandbox()
             cid = await pods.container(sandbox, "sh", "-c", "touch /tmp/healthy; sleep 3600")
@@ -286,7 +301,7 @@ class RuntimeConformance:
                 await runtime.exec_sync(cid, ["no-such-binary"], 10)
 
     async def test_logs_are_written_in_cri_format(
-        self, runtime: RuntimeService, pods: Pods
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
     ) -> None:
         with trio.fail_after(60):
             sandbox = await pods.sandbox()
@@ -307,7 +322,9 @@ class RuntimeConformance:
                 ("stdout", "F", "bye"),
             ]
 
-    async def test_list_containers_filters(self, runtime: RuntimeService, pods: Pods) -> None:
+    async def test_list_containers_filters(
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
+    ) -> None:
         with trio.fail_after(60):
             s1 = await pods.sandbox("one")
             s2 = await pods.sandbox("two")
@@ -343,7 +360,7 @@ class RuntimeConformance:
             await runtime.remove_pod_sandbox(s1[0])  # removes its containers too
             assert await ids(labels=mine) == {c}
 
-    async def test_unknown_ids(self, runtime: RuntimeService) -> None:
+    async def test_unknown_ids(self, clock: Clock | None, runtime: RuntimeService) -> None:
         with trio.fail_after(30):
             missing = "0" * 64
             with pytest.raises(NotFound):
@@ -356,7 +373,7 @@ class RuntimeConformance:
             await runtime.remove_pod_sandbox(missing)
 
     async def test_create_in_unknown_sandbox_or_with_missing_image(
-        self, runtime: RuntimeService, pods: Pods
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
     ) -> None:
         with trio.fail_after(60):
             sandbox = await pods.sandbox()
@@ -368,7 +385,9 @@ class RuntimeConformance:
                     "0" * 64, ContainerConfig(name="y", image=IMAGE), sandbox[1]
                 )
 
-    async def test_update_container_resources(self, runtime: RuntimeService, pods: Pods) -> None:
+    async def test_update_container_resources(
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
+    ) -> None:
         with trio.fail_after(60):
             sandbox = await pods.sandbox()
             cid = await pods.container(sandbox, "sleep", "3600")
@@ -381,7 +400,7 @@ class RuntimeConformance:
 
     # ------------------------------------------------------------------ images
 
-    async def test_images(self, runtime: RuntimeService) -> None:
+    async def test_images(self, clock: Clock | None, runtime: RuntimeService) -> None:
         with trio.fail_after(30):
             assert await runtime.image_status("localhost/does-not-exist:1") is None
             info = await runtime.image_status(IMAGE)

@@ -14,9 +14,11 @@ from orchestrator.cri.simulated import SimulatedRuntime
 
 class TestSimulatedRuntime(RuntimeConformance):
     @pytest.fixture
-    async def runtime(
-        self, autojump_clock: trio.testing.MockClock
-    ) -> AsyncIterator[SimulatedRuntime]:
+    def clock(self) -> trio.testing.MockClock:
+        return trio.testing.MockClock(autojump_threshold=0)
+
+    @pytest.fixture
+    async def runtime(self) -> AsyncIterator[SimulatedRuntime]:
         rt = SimulatedRuntime()
         yield rt
         await rt.aclose()
