@@ -335,6 +335,7 @@ class Api:
             schema=kind.schema,
             api_version=kind.api_version,
             now=self.now(),
+            copy=False,
         )
         if call.opts.dry_run:
             return obj
@@ -477,10 +478,12 @@ class Api:
         *,
         managed: bool = False,
     ) -> Obj:
-        """Read, mutate, admit and compare-and-swap until it sticks (see the module doc)."""
+        """Read, mutate, admit and compare-and-swap until it sticks (see the module doc).
+        `mutate(live)` returns the proposed object; it must not modify `live` (the patch
+        engines copy what they change, an update ignores it)."""
         for _ in range(MAX_UPDATE_ATTEMPTS):
             live = await self.objects.get(kind, ns, name)
-            proposed = mutate(copy_json(live))
+            proposed = mutate(live)
             wanted = precondition if precondition is not None else _client_rv(proposed)
             if wanted is not None and wanted != _rv(live):
                 raise errors.conflict(kind.plural, kind.group, name)
@@ -499,6 +502,7 @@ class Api:
                     api_version=kind.api_version,
                     now=self.now(),
                     subresource=sub,
+                    copy=False,
                 )
             obj["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
             if same_object(obj, live):
@@ -724,8 +728,9 @@ class Api:
             rv = (wanted.get("metadata") or {}).get("resourceVersion")
             if rv not in (None, "") and str(rv) != live["metadata"]["resourceVersion"]:
                 raise errors.conflict(kind.plural, kind.group, name)
-            set_path(live, scale_spec.spec_replicas, replicas)
-            return live
+            out: Obj = copy_json(live)
+            set_path(out, scale_spec.spec_replicas, replicas)
+            return out
 
         obj = await self._guaranteed_update(call, kind, ns, name, "", mutate, None)
         return self._scale(kind, obj)

@@ -582,12 +582,15 @@ def track_update(
     now: str,
     subresource: str = "",
     ignored: Collection[Path] = (),
+    copy: bool = True,
 ) -> Obj:
-    """Record a create/update/patch by `manager`; returns `new` with updated managedFields."""
+    """Record a create/update/patch by `manager`; returns `new` with updated managedFields.
+    `copy=False`: the caller gives up `new`, so the result may share its values (the result's
+    top level and metadata are always new dicts; neither `new` nor `old` is modified)."""
     if not isinstance(new, dict):
         raise bad_request("object must be a JSON object")
     base = _base_entries(old, new)
-    stripped = _copy_obj(_without_meta(new))
+    stripped = _copy_obj(_without_meta(new)) if copy else _without_meta(new)
     if base is None:
         return _with_managed(stripped, [])
     changed: set[Path] = set()

@@ -9,7 +9,8 @@ no discovery round trip). Two implementations:
 
 * `InProcessClient(api, user)` calls `orchestrator.api.resources.Api` directly: no HTTP, no
   JSON, but every call still goes through authorization, admission and validation because `Api`
-  does them. Each call builds a fresh `Call(user, WriteOptions(...))`. Inputs are deep-copied, so
+  does them. Each call builds a fresh `Call(user, WriteOptions(...))`. Inputs are deep-copied
+  (`copy_json`: bodies are JSON values — dicts, lists, strings, numbers, booleans, None), so
   a controller's dicts are never aliased by the server (as if they had crossed a wire). With
   `fence_term=T` every write is fenced to Raft term T (see `orchestrator.store.fencing`): once
   this server is no longer the leader of term T, writes fail with a 503 instead of landing.
@@ -30,7 +31,6 @@ namespace" for cluster-scoped ones; `get`/`delete`/`patch` of a namespaced objec
 
 from __future__ import annotations
 
-import copy
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from typing import Any, Protocol
@@ -40,6 +40,7 @@ import trio
 
 from ...api.auth.authn import User
 from ...api.errors import ApiError
+from ...api.jsonvalue import copy_json
 from ...api.request import Query, WriteOptions
 from ...api.resources import Api, Call
 from ...api.watch import open_watch
@@ -238,14 +239,14 @@ class InProcessClient:
     async def create(self, res: ResourceInfo, body: Obj, namespace: str = "") -> Obj:
         ns = namespace or str(_meta(body).get("namespace") or "")
         with fenced(self.fence_term):
-            return await self.api.create(self._call(), self._kind(res), ns, copy.deepcopy(body))
+            return await self.api.create(self._call(), self._kind(res), ns, copy_json(body))
 
     async def update(self, res: ResourceInfo, body: Obj, *, subresource: str = "") -> Obj:
         meta = _meta(body)
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         with fenced(self.fence_term):
             obj, _ = await self.api.update(
-                self._call(), self._kind(res), ns, name, copy.deepcopy(body), subresource
+                self._call(), self._kind(res), ns, name, copy_json(body), subresource
             )
         return obj
 
@@ -266,7 +267,7 @@ class InProcessClient:
                 namespace,
                 name,
                 content_type,
-                copy.deepcopy(body),
+                copy_json(body),
                 subresource,
             )
         return obj
@@ -283,7 +284,7 @@ class InProcessClient:
                 ns,
                 name,
                 APPLY_PATCH,
-                copy.deepcopy(body),
+                copy_json(body),
                 subresource,
             )
         return obj
