@@ -15,6 +15,7 @@ from pathlib import Path
 
 import trio
 
+from .agent.service import AgentConfig, run_embedded
 from .api.apiserver import ApiOptions, ApiServer
 from .controllers.registry import default_controllers
 from .controllers.runtime.manager import ControllerManager, ControllerOptions
@@ -43,6 +44,7 @@ class ServerOptions:
     api: ApiOptions | None = None  # None: no Kubernetes API on this server
     controllers: bool = True  # run the controllers while this server is the Raft leader
     controller_options: ControllerOptions = field(default_factory=ControllerOptions)
+    agent: AgentConfig | None = None  # the embedded node agent (needs the API); None: none
 
 
 def node_identity(data_dir: Path, requested: int | None, *, joining: bool) -> int:
@@ -113,6 +115,9 @@ class Server:
                 await nursery.start(self.api.run)
             if self.controllers is not None:
                 await nursery.start(self.controllers.run)
+            if self.api is not None and self.opts.agent is not None:
+                agent_dir = self.opts.node.data_dir / "agent"
+                await nursery.start(partial(run_embedded, self.api, self.opts.agent, agent_dir))
             task_status.started()
 
     async def _join(self, url: str) -> None:

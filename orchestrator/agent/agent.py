@@ -403,6 +403,14 @@ class Agent:
             await trio.sleep(self.opts.relist_interval)
 
     # ------------------------------------------------------------------ introspection
+    def resolve_pod(self, namespace: str, name: str) -> Obj | None:
+        """The pod as this agent runs it, with the status it last computed (for the log
+        endpoint); None if the agent does not run it. Never blocks."""
+        worker = self.worker_for(namespace, name)
+        if worker is None:
+            return None
+        return {**worker.pod, "status": worker.last_status or worker.pod.get("status") or {}}
+
     def worker_for(self, namespace: str, name: str) -> PodWorker | None:
         for w in self.workers.values():
             if w.key == f"{namespace}/{name}":

@@ -700,6 +700,7 @@ class PodWorker:
         self._max_attempt: dict[str, int] = {}
         self._sandbox_attempt = -1
         self._reported: Obj | None = None
+        self.last_status: Obj | None = None  # the last status computed (written or not)
         self._reported_phase = str((pod.get("status") or {}).get("phase") or "")
         self._stopped = False
         self._start_time = str((pod.get("status") or {}).get("startTime") or "")
@@ -1318,6 +1319,7 @@ class PodWorker:
             now=self.ctx.clock(),
         )
         status = pod_status(self.pod, view, inputs)
+        self.last_status = status
         phase = str(status["phase"])
         if status == self._reported:
             return phase

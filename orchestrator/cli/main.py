@@ -123,6 +123,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--node-name", help="name of this server's Node (default: the hostname)")
     s.add_argument("--no-agent", action="store_true", help="run no node agent on this server")
+    s.add_argument("--containerd-socket", help="containerd's socket for this server's agent")
     s.add_argument(
         "--no-controllers",
         action="store_true",
@@ -179,6 +180,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from ..bench import reconcile as bench_reconcile  # orchestrator bench reconcile
 
     bench_reconcile.add_parser(sub)
+    from ..agent import service as agent_service  # orchestrator agent
+
+    agent_service.add_parser(sub)
     return p
 
 
@@ -228,6 +232,7 @@ def _server(args: argparse.Namespace) -> int:
         raise SystemExit(  # noqa: B904  (a usage error: the ValueError adds nothing)
             f"error: --auto-compaction {args.auto_compaction!r} is not like 5m or 10000"
         )
+    from ..agent.service import AgentConfig
     from ..api.apiserver import ApiOptions, split_host_port
     from ..controllers.runtime.manager import ControllerOptions
 
@@ -245,6 +250,13 @@ def _server(args: argparse.Namespace) -> int:
         quota_bytes=args.quota_bytes,
         compaction=compaction,
         controllers=not args.no_controllers,
+        agent=None
+        if args.no_agent or not serve_api
+        else AgentConfig(
+            runtime=args.runtime,
+            containerd_socket=args.containerd_socket,
+            node_name=args.node_name or "",
+        ),
         controller_options=ControllerOptions(
             node_monitor_grace_period=args.node_monitor_grace_period
         ),
@@ -359,6 +371,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "server":
             return _server(args)
+        if args.command == "agent":
+            from ..agent import service as agent_service
+
+            return agent_service.main(args)
         if args.command == "bench":
             from ..bench import reconcile as bench_reconcile
 

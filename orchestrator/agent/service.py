@@ -1,0 +1,213 @@
+"""Running the agent: standalone (`orchestrator agent`) or embedded in `orchestrator server`.
+
+Standalone::
+
+    orchestrator agent --server https://10.0.0.1:6443 --token TOKEN --data-dir /var/lib/agent \\
+        [--ca-file ca.crt | --kubeconfig node.yaml] [--runtime containerd|simulated] \\
+        [--containerd-socket PATH] [--node-name NAME] [--node-ip IP] [--labels k=v,...]
+
+The token is a node token (`TokenStore.add_node(name)`: user `system:node:<name>`, group
+`system:nodes`), so NodeRestriction confines the agent to its own Node, Lease and pods.
+
+Trusting the server: the agent needs the cluster CA. Give it `--ca-file` (the server's
+`DATA_DIR/pki/ca.crt`, copied over a trusted channel) or a `--kubeconfig` whose cluster entry
+carries `certificate-authority-data` (then `--server`/`--token` may come from it too). There is
+no trust-on-first-use: the server does not publish its CA on an unauthenticated endpoint yet, so
+a k3s-style CA-pinned token (`K10<sha256(CA)>::...`, which `Pki.ca_hash()` could back) is left
+for when it does.
+
+Embedded (`orchestrator server`, default on; `--no-agent` disables): the agent runs in the
+server's nursery with `InProcessClient(api, system:node:<name>)` — no HTTP, still authorized and
+admitted as a node — data in `DATA_DIR/agent`, and serves container logs on its own port with
+the API server's certificate.
+
+Autonomy knobs, server side: `--node-monitor-grace-period` (default 40 s) is how long a silent
+node stays Ready; after it the node is Ready=Unknown and tainted unreachable, and pods without a
+longer toleration are evicted 300 s later (the default `node.kubernetes.io/unreachable`
+toleration). The agent itself never stops its pods because the server is gone; pods evicted
+meanwhile are stopped when it reconnects. For long partitions give the pods a longer (or no)
+`tolerationSeconds` for `node.kubernetes.io/unreachable`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..cri.runtime import RuntimeService
+from .agent import Agent, AgentOptions
+
+if TYPE_CHECKING:
+    from ..api.apiserver import ApiServer
+    from ..client.config import ClientConfig
+
+__all__ = ["AgentConfig", "add_parser", "client_config", "main", "make_runtime", "run_embedded"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AgentConfig:
+    """The embedded agent of a server."""
+
+    runtime: str = "containerd"  # "containerd" or "simulated"
+    containerd_socket: str | None = None
+    node_name: str = ""  # default: the hostname
+    labels: dict[str, str] = field(default_factory=dict)
+    node_ip: str = ""
+    log_port: int = 10250  # 0: any free port
+
+
+def make_runtime(kind: str, containerd_socket: str | None = None) -> RuntimeService:
+    if kind == "simulated":
+        from ..cri.simulated import SimulatedRuntime
+
+        return SimulatedRuntime()
+    if kind == "containerd":
+        from ..cri.containerd import DEFAULT_SOCKET, CriRuntime
+
+        return CriRuntime(containerd_socket or DEFAULT_SOCKET)
+    raise ValueError(f"unknown runtime {kind!r} (containerd or simulated)")
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"{part!r} is not KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def default_node_name() -> str:
+    return socket.gethostname().lower()
+
+
+# ---------------------------------------------------------------------------------- embedded
+async def run_embedded(
+    api: ApiServer,
+    config: AgentConfig,
+    data_dir: Path,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The server's own agent (module doc); `started` once its local pods have workers."""
+    from . import node_client
+    from .logs import EndpointTLS, LogEndpoint
+
+    name = config.node_name or default_node_name()
+    runtime = make_runtime(config.runtime, config.containerd_socket)
+    options = AgentOptions(name, data_dir, labels=dict(config.labels), node_ip=config.node_ip)
+    agent = Agent(node_client(api.api, name), runtime, options)
+    try:
+        async with trio.open_nursery() as nursery:
+            if api.pki is not None:
+                endpoint = LogEndpoint(
+                    data_dir,
+                    agent.resolve_pod,
+                    tls=EndpointTLS.from_pki(api.pki),
+                    port=config.log_port,
+                )
+                try:
+                    options.kubelet_port = await nursery.start(endpoint.run)
+                except* OSError as group:  # e.g. the port is taken by another server's agent
+                    log.warning("agent %s: log endpoint not served: %s", name, group.exceptions[0])
+            agent.reporter.opts.kubelet_port = options.kubelet_port
+            await nursery.start(agent.run)
+            log.info("node agent %s running (runtime %s)", name, config.runtime)
+            task_status.started()
+    finally:
+        with trio.CancelScope(shield=True):
+            await runtime.aclose()
+
+
+# ---------------------------------------------------------------------------------- standalone
+def add_parser(sub: Any) -> None:
+    """Add `agent` to the `orchestrator` subparsers."""
+    a = sub.add_parser("agent", help="run a node agent that joins a cluster")
+    a.add_argument("--server", help="API server URL, e.g. https://10.0.0.1:6443")
+    a.add_argument("--token", help="node token (see `TokenStore.add_node`)")
+    a.add_argument("--data-dir", type=Path, required=True, help="local state, logs, volumes")
+    a.add_argument("--ca-file", type=Path, help="the cluster CA certificate (PEM)")
+    a.add_argument(
+        "--kubeconfig", type=Path, help="a kubeconfig with the server, CA and token instead"
+    )
+    a.add_argument("--runtime", choices=["containerd", "simulated"], default="containerd")
+    a.add_argument("--containerd-socket", help="containerd's socket (default: the system one)")
+    a.add_argument("--node-name", help="the Node's name (default: the hostname)")
+    a.add_argument("--node-ip", help="the Node's InternalIP (default: the outbound address)")
+    a.add_argument("--labels", type=parse_labels, default={}, help="node labels k=v,k2=v2")
+    a.add_argument("--log-port", type=int, default=10250, help=argparse.SUPPRESS)
+
+
+def client_config(args: argparse.Namespace) -> ClientConfig:
+    from ..client.config import ClientConfig, load_kubeconfig
+
+    if args.kubeconfig:
+        cfg = load_kubeconfig(args.kubeconfig)
+        return ClientConfig(
+            server=(args.server or cfg.server).rstrip("/"),
+            ca_pem=args.ca_file.read_bytes() if args.ca_file else cfg.ca_pem,
+            token=args.token or cfg.token,
+            cert_pem=cfg.cert_pem,
+            key_pem=cfg.key_pem,
+            insecure=cfg.insecure,
+            tls_server_name=cfg.tls_server_name,
+        )
+    if not args.server or not args.token:
+        raise SystemExit("error: the agent needs --server and --token (or --kubeconfig)")
+    ca = args.ca_file.read_bytes() if args.ca_file else None
+    if args.server.startswith("https:") and ca is None:
+        raise SystemExit(
+            "error: give the cluster CA with --ca-file (the server's DATA_DIR/pki/ca.crt) or "
+            "--kubeconfig; the agent does not trust a server it cannot verify"
+        )
+    return ClientConfig(server=args.server.rstrip("/"), ca_pem=ca, token=args.token)
+
+
+async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
+    from ..client.rest import RestClient
+    from ..controllers.runtime.client import HttpClient
+
+    name = args.node_name or default_node_name()
+    runtime = make_runtime(args.runtime, args.containerd_socket)
+    options = AgentOptions(
+        name,
+        args.data_dir,
+        labels=args.labels,
+        node_ip=args.node_ip or "",
+        kubelet_port=args.log_port,
+    )
+    try:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with RestClient(cfg, user_agent=f"orchestrator-agent/{name}") as rest:
+                agent = Agent(HttpClient(rest, field_manager="kubelet"), runtime, options)
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(agent.run)
+                    log.info("node agent %s running against %s", name, cfg.server)
+                    async for signum in signals:
+                        log.info("received %s: stopping (containers keep running)", signum)
+                        nursery.cancel_scope.cancel()
+                        break
+    finally:
+        with trio.CancelScope(shield=True):
+            await runtime.aclose()
+
+
+def main(args: argparse.Namespace) -> int:
+    cfg = client_config(args)
+    try:
+        trio.run(_serve, args, cfg)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
