@@ -8,6 +8,7 @@ is printed verbatim by kubectl), so every cell function takes `now` as an argume
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any
 
 from .kind import Column
@@ -18,7 +19,13 @@ NONE = "<none>"
 
 
 def now_rfc3339(now: float) -> str:
-    return dt.datetime.fromtimestamp(int(now), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339_second(int(now))
+
+
+@functools.lru_cache(maxsize=64)
+def _rfc3339_second(second: int) -> str:
+    # Every write stamps the current second (often several times): format each second once.
+    return dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_rfc3339(text: str) -> float | None:

@@ -136,6 +136,16 @@ def _canon(v: Any) -> str:
         return repr(v)
 
 
+def _unique_key(v: Any) -> Any:
+    """`_canon(v)` for uniqueness checks, cheaper for the usual strings and integers: a str or
+    a (non-bool) int is equal in canonical JSON exactly to the same str or int, so it is keyed by
+    its type and value; anything else by `_canon` (a str key never meets a tuple key)."""
+    t = type(v)
+    if t is str or t is int:
+        return (t is str, v)
+    return _canon(v)
+
+
 def _number(x: Any) -> float | int | None:
     if isinstance(x, bool) or not isinstance(x, int | float):
         return None
@@ -162,6 +172,7 @@ def _pattern(p: str) -> re.Pattern[str] | None:
         return None
 
 
+@functools.lru_cache(maxsize=4096)  # pure; timestamps repeat (one per second, many objects)
 def _valid_date_time(s: str) -> bool:
     m = _DATE_TIME.fullmatch(s)
     if m is None:
@@ -359,9 +370,9 @@ class _Walker:
             )
         list_type = s.get("x-kubernetes-list-type")
         if list_type == "set" or s.get("uniqueItems") is True:
-            seen: set[str] = set()
+            seen: set[Any] = set()
             for i, x in enumerate(out):
-                c = _canon(x)
+                c = _unique_key(x)
                 if c in seen:
                     self.causes.append(
                         Cause(
@@ -377,7 +388,7 @@ class _Walker:
                     if not isinstance(x, dict):
                         continue
                     key_map = {k: x[k] for k in keys if isinstance(k, str) and k in x}
-                    c = _canon(key_map)
+                    c = tuple(sorted((k, _unique_key(val)) for k, val in key_map.items()))
                     if c in seen:
                         self.causes.append(
                             Cause(
@@ -447,9 +458,13 @@ class _Walker:
         enum = s.get("enum")
         if not isinstance(enum, list) or not enum:
             return
-        c = _canon(v)
-        if any(_canon(e) == c for e in enum):
-            return
+        if type(v) is str:  # a string equals (canonically) exactly the same string
+            if v in enum:
+                return
+        else:
+            c = _canon(v)
+            if any(_canon(e) == c for e in enum):
+                return
         supported = ", ".join(quote(e) for e in enum)
         self.causes.append(
             Cause(
