@@ -215,6 +215,7 @@ class Agent:
                 node_cpus=self.facts.cpus,
                 node_memory=self.facts.memory_bytes,
                 probes=probes,
+                connected=lambda: self.connected,
             )
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
