@@ -9,6 +9,14 @@ as in the apiserver's filtered watch. BOOKMARKs (only with allowWatchBookmarks) 
 current resourceVersion. With sendInitialEvents=true the initial ADDED events end with a
 BOOKMARK annotated `k8s.io/initial-events-end`.
 
+Decoding (msgpack -> dict) is most of a watcher's work, so it is not repeated needlessly:
+a watch without selectors never decodes an update's previous state; a previous state decoded
+to evaluate selectors comes from a small per-`Api` cache of decoded values keyed by
+(key, mod_revision) — it is only read; and a `read_only=True` watch (in-process consumers that
+promise never to modify what they get: the controllers' informers, the simulated nodes) is
+handed the cached object itself, shared with every other read-only watcher of the event.
+Every other watch gets objects of its own.
+
 Invariants: events come in revision order with no gaps or duplicates (the store watch's
 guarantee); the stream ends cleanly (no event) when the store cancels the watcher for any
 reason other than compaction, so the client re-watches from its last resourceVersion.
@@ -16,6 +24,7 @@ reason other than compaction, so the client re-watches from its last resourceVer
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
@@ -38,6 +47,37 @@ def _decode(value: bytes, revision: int) -> Obj:
     return obj
 
 
+DECODED_CACHE_SIZE = 4096
+
+
+class _Decoded:
+    """Decoded stored values by (key, mod_revision) — which name one value for good — for
+    readers that do not modify them; the oldest entries go first beyond `size`."""
+
+    def __init__(self, size: int = DECODED_CACHE_SIZE) -> None:
+        self.size = size
+        self._objs: dict[tuple[str, int], Obj] = {}
+
+    def get(self, kv: Any) -> Obj:
+        ident = (kv.key, kv.mod_revision)
+        obj = self._objs.get(ident)
+        if obj is None:
+            obj = self._objs[ident] = _decode(kv.value, kv.mod_revision)
+            if len(self._objs) > self.size:
+                del self._objs[next(iter(self._objs))]
+        return obj
+
+
+_decoded: weakref.WeakKeyDictionary[Api, _Decoded] = weakref.WeakKeyDictionary()
+
+
+def _decoded_of(api: Api) -> _Decoded:
+    cache = _decoded.get(api)
+    if cache is None:
+        cache = _decoded[api] = _Decoded()
+    return cache
+
+
 def bookmark(kind: Kind, revision: int, annotations: dict[str, str] | None = None) -> Obj:
     meta: Obj = {"resourceVersion": str(revision)}
     if annotations:
@@ -53,10 +93,19 @@ def expired_event(message: str) -> Obj:
 
 
 async def open_watch(
-    api: Api, call: Call, kind: Kind, ns: str, query: Query, *, name: str = ""
+    api: Api,
+    call: Call,
+    kind: Kind,
+    ns: str,
+    query: Query,
+    *,
+    name: str = "",
+    read_only: bool = False,
 ) -> AsyncIterator[Obj]:
     """Check the request and read the initial state now (so errors are plain HTTP errors), then
-    return the event stream; it runs until the store ends the watch (the caller owns timeouts)."""
+    return the event stream; it runs until the store ends the watch (the caller owns timeouts).
+    `read_only`: the caller never modifies the events' objects, which may then be shared with
+    other read-only watchers (see the module doc)."""
     if not kind.namespaced and ns:
         raise errors.route_not_found()
     api._authorize(call, "watch", kind, ns, name)
@@ -89,6 +138,8 @@ async def open_watch(
         if start < 1:
             raise errors.bad_request(f"invalid resourceVersion {rv_text!r}")
     watcher = api.objects.watch(kind, ns, start, bookmarks=bookmarks)
+    decoded = _decoded_of(api)
+    only = None if everything else matches
 
     async def events() -> AsyncIterator[Obj]:
         async with watcher:
@@ -106,45 +157,50 @@ async def open_watch(
                         yield bookmark(kind, response.revision)
                     continue
                 for e in response.events:
-                    out = _translate(api, kind, e, None if everything else matches)
+                    out = _translate(api, kind, e, only, decoded, read_only)
                     if out is not None:
                         yield out
 
     return events()
 
 
-def _translate(api: Api, kind: Kind, ev: Any, matches: Any) -> Obj | None:
+def _translate(
+    api: Api, kind: Kind, ev: Any, matches: Any, decoded: _Decoded, read_only: bool
+) -> Obj | None:
     """The Kubernetes event for store event `ev`, or None; `matches` None: no selector."""
     revision = ev.kv.mod_revision
-    if matches is None and ev.type != EventType.DELETE:
-        # Everything matches: the previous state only tells ADDED from MODIFIED, so it is
-        # not decoded (decoding is the bulk of a watcher's work).
-        new = _decode(ev.kv.value, revision)
-        etype = "MODIFIED" if ev.prev_kv else "ADDED"
-        return {"type": etype, "object": api._present(kind, new)}
-    if matches is None:
-        matches = _everything
-    prev = _decode(ev.prev_kv.value, ev.prev_kv.mod_revision) if ev.prev_kv else None
     if ev.type == EventType.DELETE:
-        if prev is None or not matches(prev):
+        if ev.prev_kv is None:
             return None
-        prev["metadata"]["resourceVersion"] = str(revision)
-        return {"type": "DELETED", "object": api._present(kind, prev)}
-    new = _decode(ev.kv.value, revision)
+        prev = decoded.get(ev.prev_kv)
+        if matches is not None and not matches(prev):
+            return None
+        if read_only:  # the last state, carrying the deleting revision, sharing the rest
+            gone = {**prev, "metadata": {**prev["metadata"], "resourceVersion": str(revision)}}
+        else:
+            gone = _decode(ev.prev_kv.value, revision)
+        return {"type": "DELETED", "object": _present(api, kind, gone, read_only)}
+    new = decoded.get(ev.kv) if read_only else _decode(ev.kv.value, revision)
+    if matches is None:
+        # Everything matches: the previous state only tells ADDED from MODIFIED, so it is
+        # not decoded.
+        etype = "MODIFIED" if ev.prev_kv else "ADDED"
+        return {"type": etype, "object": _present(api, kind, new, read_only)}
     now_matches = matches(new)
-    was = prev is not None and matches(prev)
+    was = ev.prev_kv is not None and matches(decoded.get(ev.prev_kv))
     if now_matches and was:
-        return {"type": "MODIFIED", "object": api._present(kind, new)}
+        return {"type": "MODIFIED", "object": _present(api, kind, new, read_only)}
     if now_matches:
-        return {"type": "ADDED", "object": api._present(kind, new)}
-    if was:
-        new["metadata"]["resourceVersion"] = str(revision)
-        return {"type": "DELETED", "object": api._present(kind, new)}
+        return {"type": "ADDED", "object": _present(api, kind, new, read_only)}
+    if was:  # it stopped matching: DELETED, with its new state (resourceVersion = revision)
+        return {"type": "DELETED", "object": _present(api, kind, new, read_only)}
     return None
 
 
-def _everything(obj: Obj) -> bool:
-    return True
+def _present(api: Api, kind: Kind, obj: Obj, read_only: bool) -> Obj:
+    if read_only and kind.custom and obj.get("apiVersion") != kind.api_version:
+        obj = {**obj}  # a shared object is never modified: `Api._present` sets apiVersion
+    return api._present(kind, obj)
 
 
 def _params(query: Query) -> dict[str, str]:

@@ -137,7 +137,9 @@ class _Observer:
         started = False
         while True:
             try:
-                async with client.watch(PODS, NAMESPACE, resource_version=rv) as events:
+                async with client.watch(
+                    PODS, NAMESPACE, resource_version=rv, read_only=True
+                ) as events:
                     if not started:
                         started = True
                         task_status.started()

@@ -45,6 +45,10 @@ through its own `InProcessClient`, so NodeRestriction is exercised on every writ
 pod watch of a cluster reads as the first node (a node may list and watch all pods). Given a
 `Client` instead (HTTP, or an admin in-process client), every node uses it.
 
+The pod watch is opened `read_only` (pods are only read; status writes are built afresh), so
+the pod given to an `on_pod_running` callback is shared with other read-only watchers: do not
+modify it.
+
 Invariants: a pod is started at most once per UID by this engine (a later stale event cannot
 re-patch it); a key is in the work queue at most once; nothing is written for a node whose
 heartbeats are stopped. Errors writing a pod are logged and retried after `RETRY_DELAY`; a 404
@@ -621,8 +625,8 @@ class _Engine:
         while True:
             try:
                 async with self.watch_client.watch(
-                    PODS, field_selector=self.field_selector, resource_version=rv
-                ) as events:
+                    PODS, field_selector=self.field_selector, resource_version=rv, read_only=True
+                ) as events:  # pods are only read (status writes are built afresh)
                     if not started:
                         started = True
                         task_status.started()

@@ -181,6 +181,74 @@ async def test_watch(env: Env) -> None:
 
 
 @LEFT_EARLY
+@pytest.mark.parametrize("read_only", [False, True])
+async def test_watch_selectors_and_read_only(env: Env, read_only: bool) -> None:
+    """Selected watches see objects start and stop matching (ADDED/DELETED), plain ones every
+    change; resourceVersions are the events' revisions, whether objects are shared or not."""
+    c = env.client
+    with trio.fail_after(30):
+        start = (await c.list(CONFIGMAPS, "default"))["metadata"]["resourceVersion"]
+        seen: dict[str, list[tuple[str, str, str]]] = {"all": [], "sel": []}
+        async with (
+            c.watch(CONFIGMAPS, "default", resource_version=start, read_only=read_only) as every,
+            c.watch(
+                CONFIGMAPS,
+                "default",
+                resource_version=start,
+                label_selector="tier=front",
+                read_only=read_only,
+            ) as selected,
+        ):
+            rvs = [(await c.create(CONFIGMAPS, cm("s1", tier="back")))["metadata"]]
+            rvs.append((await c.patch(CONFIGMAPS, "s1", {"metadata": {"labels": {"tier": "front"}}},
+                                      "default"))["metadata"])  # fmt: skip
+            rvs.append((await c.patch(CONFIGMAPS, "s1", {"data": {"x": "1"}}, "default"))["metadata"])
+            rvs.append((await c.patch(CONFIGMAPS, "s1", {"metadata": {"labels": {"tier": "db"}}},
+                                      "default"))["metadata"])  # fmt: skip
+            await c.patch(CONFIGMAPS, "s1", {"metadata": {"labels": {"tier": "front"}}}, "default")
+            deleted = await c.delete(CONFIGMAPS, "s1", "default")
+            for name, events, count in (("all", every, 6), ("sel", selected, 4)):
+                async for etype, obj in events:
+                    meta = obj["metadata"]
+                    seen[name].append((etype, meta["resourceVersion"], meta["labels"]["tier"]))
+                    if len(seen[name]) == count:
+                        break
+        rv = [m["resourceVersion"] for m in rvs]
+        assert [(t, tier) for t, _, tier in seen["all"]] == [
+            ("ADDED", "back"), ("MODIFIED", "front"), ("MODIFIED", "front"), ("MODIFIED", "db"),
+            ("MODIFIED", "front"), ("DELETED", "front"),
+        ]  # fmt: skip
+        assert [r for _, r, _ in seen["all"][:4]] == rv
+        assert int(seen["all"][5][1]) > int(seen["all"][4][1])  # DELETED: the deleting revision
+        assert deleted["metadata"]["name"] == "s1"
+        assert seen["sel"] == [
+            ("ADDED", rv[1], "front"), ("MODIFIED", rv[2], "front"), ("DELETED", rv[3], "db"),
+            ("ADDED", seen["all"][4][1], "front"),
+        ]  # fmt: skip
+
+
+async def test_read_only_watchers_share_objects_and_others_get_their_own() -> None:
+    async with api_server(controllers=False) as h:
+        assert h.server.api is not None
+        c = InProcessClient(h.server.api.api, CONTROLLER)
+        with trio.fail_after(30):
+            start = (await c.list(CONFIGMAPS, "default"))["metadata"]["resourceVersion"]
+            got: list[dict[str, Any]] = []
+            async with (
+                c.watch(CONFIGMAPS, "default", resource_version=start, read_only=True) as a,
+                c.watch(CONFIGMAPS, "default", resource_version=start, read_only=True) as b,
+                c.watch(CONFIGMAPS, "default", resource_version=start) as own,
+            ):
+                await c.create(CONFIGMAPS, cm("shared"))
+                for events in (a, b, own):
+                    async for _etype, obj in events:
+                        got.append(obj)
+                        break
+        assert got[0] is got[1]
+        assert got[2] is not got[0] and got[2] == got[0]
+
+
+@LEFT_EARLY
 async def test_watch_from_a_compacted_revision_is_410(env: Env) -> None:
     c = env.client
     with trio.fail_after(30):

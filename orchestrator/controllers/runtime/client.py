@@ -20,7 +20,9 @@ Both raise `orchestrator.api.errors.ApiError` for every failure (the HTTP transp
 Status bodies; an unreachable server is a 503 ServiceUnavailable), so controllers handle one
 type: `exc.code == 404`, `409`, `410`...
 
-`watch(...)` is an async context manager yielding an async iterator of `(type, obj)`; types are
+`watch(...)` is an async context manager yielding an async iterator of `(type, obj)`; with
+`read_only=True` (the caller never modifies them) the in-process transport hands every
+read-only watcher of an event the same decoded object (`orchestrator.api.watch`); types are
 ADDED, MODIFIED, DELETED and BOOKMARK. An in-stream ERROR event (e.g. 410 Expired after a
 compaction) raises `ApiError`; a clean end of the stream ends the iteration (re-watch from the
 last resourceVersion). `timeout_seconds` ends the stream cleanly after that long.
@@ -146,7 +148,11 @@ class Client(Protocol):
         field_selector: str = "",
         timeout_seconds: float | None = None,
         allow_bookmarks: bool = False,
-    ) -> WatchStream: ...
+        read_only: bool = False,
+    ) -> WatchStream:
+        """`read_only=True`: the caller never modifies the objects it is handed, so an
+        in-process transport may share them with other read-only watchers."""
+        ...
 
 
 def _meta(body: Obj) -> Obj:
@@ -327,6 +333,7 @@ class InProcessClient:
         field_selector: str = "",
         timeout_seconds: float | None = None,
         allow_bookmarks: bool = False,
+        read_only: bool = False,
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         query = _query(
             labelSelector=label_selector,
@@ -334,7 +341,9 @@ class InProcessClient:
             resourceVersion=resource_version,
             allowWatchBookmarks="true" if allow_bookmarks else "",
         )
-        stream = await open_watch(self.api, self._call(), self._kind(res), namespace, query)
+        stream = await open_watch(
+            self.api, self._call(), self._kind(res), namespace, query, read_only=read_only
+        )
         deadline = (
             trio.current_time() + timeout_seconds if timeout_seconds is not None else float("inf")
         )
@@ -512,6 +521,7 @@ class HttpClient:
         field_selector: str = "",
         timeout_seconds: float | None = None,
         allow_bookmarks: bool = False,
+        read_only: bool = False,  # every event is decoded for this watch alone anyway
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         try:
             async with (

@@ -15,6 +15,10 @@ A `SharedInformer` is client-go's Reflector + Indexer + event distribution in on
          resourceVersion; a 410 Expired (compaction) or an ERROR relists at once; any other
          failure relists after a backoff of 0.8 s, doubling to 30 s (reset once a watch works).
 
+Cached objects, and those handed to handlers, are read-only: no consumer may modify them (copy
+first) — they are shared by every controller of the process and, with the in-process client, by
+other read-only watchers of the same events (the watch is opened `read_only`).
+
 Handlers run synchronously after the cache is updated, in event order; they must be quick
 (enqueue a key) and an exception in one is logged, never fatal. `on_update(old, new)` is not
 called when old and new have the same resourceVersion, except on resync, which replays the
@@ -363,6 +367,7 @@ class SharedInformer:
             label_selector=self.label_selector,
             timeout_seconds=timeout,
             allow_bookmarks=True,
+            read_only=True,  # cached objects are never modified (see `get`)
         ) as events:
             async for etype, obj in events:
                 delivered = True
