@@ -147,7 +147,7 @@ def decode_managed_fields(value: Any, *, stored: bool = False) -> list[_Entry]:
         if fields_type != "FieldsV1":
             raise bad_request('managedFields: fieldsType must be "FieldsV1"')
         tree = raw.get("fieldsV1", {})
-        fields = decode_fields_v1(tree)
+        fields = decode_fields_v1(tree, canonical=stored)
         entries.append(
             _Entry(
                 manager=_text(raw, "manager"),

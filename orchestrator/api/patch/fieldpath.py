@@ -24,8 +24,7 @@ members below it. `path_string` renders a path the way conflict messages print i
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import bad_request
 from ._util import (
@@ -61,9 +60,10 @@ Path = tuple[str, ...]
 FieldSet = frozenset[Path]
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
-    """One node an object configures: `leaf` nodes compare by `value`, containers by presence."""
+class Member(NamedTuple):
+    """One node an object configures: `leaf` nodes compare by `value`, containers by presence.
+    (A named tuple: one is made per node of every written object; a frozen dataclass costs
+    several times more to build.)"""
 
     leaf: bool
     value: Any
@@ -111,11 +111,18 @@ def _canonical_element(element: str) -> str:
     return f"{kind}:{canonical(value)}"
 
 
-def decode_fields_v1(tree: Any) -> FieldSet:
-    """Parse a FieldsV1 tree; a malformed one is a 400 BadRequest."""
+def _same(element: str) -> str:
+    return element
+
+
+def decode_fields_v1(tree: Any, *, canonical: bool = False) -> FieldSet:
+    """Parse a FieldsV1 tree; a malformed one is a 400 BadRequest. `canonical`: the tree is
+    known to come from `encode_fields_v1` (a stored object's), so its path elements are taken
+    as they are instead of being checked and re-spelled canonically."""
     if not isinstance(tree, dict):
         raise bad_request("managedFields: fieldsV1 must be an object")
     out: set[Path] = set()
+    element = _same if canonical else _canonical_element
 
     def walk(node: dict[str, Any], prefix: Path) -> None:
         for key, child in node.items():
@@ -125,7 +132,7 @@ def decode_fields_v1(tree: Any) -> FieldSet:
                 if prefix:
                     out.add(prefix)
                 continue
-            path = (*prefix, _canonical_element(key))
+            path = (*prefix, element(key))
             if child:
                 walk(child, path)
             else:
