@@ -154,6 +154,7 @@ class Cluster:
         extra_args: Sequence[str] = (),
         stop_timeout: float = 5.0,
         api: bool = True,
+        agent: bool = False,
     ) -> None:
         if size < 1:
             raise ValueError("a cluster needs at least one server")
@@ -166,6 +167,7 @@ class Cluster:
         self.extra_args = list(extra_args)
         self.stop_timeout = stop_timeout
         self.api = api  # serve the Kubernetes API (False: store-only servers)
+        self.agent = agent  # run each server's embedded node agent (off: no runtime needed)
         ports = free_ports(3 * size)
         self.servers: list[ServerProc] = [
             ServerProc(
@@ -218,6 +220,7 @@ class Cluster:
             s.api_addr if self.api else "none",
             "--token",
             CLUSTER_TOKEN,
+            *([] if self.agent else ["--no-agent"]),
             "--tick-ms",
             str(self.tick_ms),
             "--election-ticks",
