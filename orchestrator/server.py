@@ -1,6 +1,11 @@
 """Assembles one server process: the Raft node, the MVCC store on it, and the client port.
 
 Runs until cancelled or until SIGTERM/SIGINT, then shuts down cleanly (databases closed).
+Under systemd (`orchestrator.systemd`): READY=1 once the store, the API and the embedded agent
+have started, STATUS= on every role change ("leader term 3", "follower of 2 term 3"), WATCHDOG=1
+from the trio loop, STOPPING=1 on SIGTERM. SIGTERM on a leader first hands leadership to the
+most caught-up voter (bounded by `HANDOVER_TIMEOUT`), so the cluster does not wait an election
+timeout; SIGHUP reloads what can be reloaded (the log level, from the environment file).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import signal
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -19,11 +25,12 @@ from .agent.service import AgentConfig, run_embedded
 from .api.apiserver import ApiOptions, ApiServer
 from .controllers.registry import default_controllers
 from .controllers.runtime.manager import ControllerManager, ControllerOptions
-from .raft.node import NodeConfig, RaftNode
+from .raft.node import NodeConfig, RaftError, RaftNode
 from .raft.statemachine import StateMachine
 from .store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
 from .store.raftstore import CompactionPolicy, RaftStore
 from .store.service import ClientService
+from .systemd import Notifier, reload_log_level, watchdog_task
 
 log = logging.getLogger("orchestrator.server")
 
@@ -31,6 +38,7 @@ log = logging.getLogger("orchestrator.server")
 TOKEN_FILE = "token"
 NODE_ID_FILE = "node-id"
 JOIN_TIMEOUT = 60.0  # seconds a joining server keeps asking before it gives up
+HANDOVER_TIMEOUT = 2.0  # seconds a stopping leader tries to hand leadership over
 
 
 @dataclass
@@ -156,12 +164,91 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-async def serve_until_signalled(opts: ServerOptions) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+def role_status(node: RaftNode) -> str:
+    """One line for `systemctl status`: "leader term 3", "follower of 2 term 3", ..."""
+    leading, term = node.leadership()
+    if leading:
+        return f"leader term {term}"
+    if node.leader_id:
+        return f"follower of {node.leader_id} term {term}"
+    return f"no leader, term {term}"
+
+
+def successor(status: dict[str, Any]) -> int | None:
+    """The voter a stopping leader should hand over to: the most caught-up other voter that is
+    being replicated to (so it is alive); None if there is none. `status` is a leader's
+    `RaftNode.status()`."""
+    me, voters = status["id"], status["voters"]
+    progress = status.get("progress") or {}
+    best: tuple[int, int] | None = None
+    for pid, pr in progress.items():
+        if pid == me or pid not in voters or pr["learner"] or pr["state"] != "replicate":
+            continue
+        if best is None or pr["match"] > best[0]:
+            best = (pr["match"], pid)
+    return None if best is None else best[1]
+
+
+async def hand_over_leadership(node: RaftNode) -> int | None:
+    """If this server leads, transfer leadership to `successor()` and wait until it has taken
+    over; returns the new leader, or None (not the leader, no successor, or it did not happen
+    in time). Callers bound it (`trio.move_on_after`)."""
+    leading, _ = node.leadership()
+    if not leading:
+        return None
+    target = successor(node.status())
+    if target is None:
+        log.info("server %d: no caught-up voter to hand leadership to", node.id)
+        return None
+    log.info("server %d: handing leadership to %d before stopping", node.id, target)
+    try:
+        await node.transfer_leadership(target)
+    except RaftError as exc:  # lost the leadership meanwhile, or the target is no voter now
+        log.info("server %d: leadership not handed over: %s", node.id, exc)
+        return None
+    while node.leadership()[0] or not node.leader_id:
+        await node.wait_role_change()
+    log.info("server %d: %d leads now", node.id, node.leader_id)
+    return node.leader_id
+
+
+async def _report_role(node: RaftNode, notifier: Notifier) -> None:
+    while True:
+        notifier.status(role_status(node))
+        await node.wait_role_change()
+
+
+def reload_config() -> None:
+    """SIGHUP: reload what can be reloaded and log it."""
+    changes = reload_log_level()
+    if changes:
+        log.warning("reloaded: %s", "; ".join(changes))
+    else:
+        log.info("reload: nothing changed (ORCHESTRATOR_LOG_LEVEL in the environment file)")
+    log.debug("debug logging is on")
+
+
+async def serve_until_signalled(opts: ServerOptions, notifier: Notifier | None = None) -> None:
+    notifier = notifier if notifier is not None else Notifier.from_env()
+    sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    with trio.open_signal_receiver(*sigs) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(Server(opts).run)
+            await nursery.start(watchdog_task, notifier)
+            notifier.status("starting: opening the store")
+            server = Server(opts)
+            await nursery.start(server.run)
             tune_gc()
+            notifier.ready(role_status(server.node))
+            nursery.start_soon(_report_role, server.node, notifier)
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    notifier.reloading()
+                    reload_config()
+                    notifier.ready()
+                    continue
                 log.info("received %s: shutting down", signal.Signals(signum).name)
+                notifier.stopping("stopping")
+                with trio.move_on_after(HANDOVER_TIMEOUT):
+                    await hand_over_leadership(server.node)
                 nursery.cancel_scope.cancel()
                 break

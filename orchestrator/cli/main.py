@@ -56,7 +56,12 @@ def _duration(text: str) -> float:
 
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="orchestrator", description="Edge orchestrator.")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("ORCHESTRATOR_LOG_LEVEL", "info").lower(),
+        choices=["debug", "info", "warning", "error"],
+        help="(env ORCHESTRATOR_LOG_LEVEL; a service re-reads it from its env file on SIGHUP)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("server", help="run a server (Raft member + replicated store)")
@@ -183,6 +188,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from ..agent import service as agent_service  # orchestrator agent
 
     agent_service.add_parser(sub)
+    from . import install_service  # orchestrator install-service
+
+    install_service.add_parser(sub)
     return p
 
 
@@ -375,6 +383,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ..agent import service as agent_service
 
             return agent_service.main(args)
+        if args.command == "install-service":
+            from . import install_service
+
+            return install_service.main(args)
         if args.command == "bench":
             from ..bench import reconcile as bench_reconcile
 
