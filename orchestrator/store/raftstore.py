@@ -6,6 +6,11 @@ ReadIndex barrier (the leader confirms with a quorum that it still leads), then 
 `linearizable=False` reads the local copy at once (possibly stale; Kubernetes' resourceVersion
 "0"). Watches are served by the `WatchHub`, fed after every applied batch.
 
+Local reads are batched: reads that wait while one batch runs on the state machine's database
+thread run together in the next batch (one thread hand-off for all of them instead of one
+each). A read is still issued only after its own barrier, so it sees at least the state it
+must.
+
 Invariants: a request that cannot reach a quorum fails with `NoQuorum` after `quorum_timeout`
 instead of hanging; a retry happens only when the earlier attempt certainly had no effect (no
 leader, refused, or its log entry was overwritten). Only the leader compacts automatically; every
@@ -21,7 +26,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import trio
@@ -48,6 +53,7 @@ from .types import (
     StoreStatus,
     TxnOp,
     TxnResult,
+    Unavailable,
     WriteResult,
     encode_compact,
     encode_create,
@@ -84,6 +90,28 @@ class CompactionPolicy:
             seconds = float(text[:-1]) * units[text[-1]]
             return cls("periodic", seconds, max(1.0, min(seconds / 10, 60.0)))
         return cls("revision", float(int(text)), 5.0)
+
+
+@dataclass(eq=False, slots=True)
+class _Read:
+    """One local read waiting for its batch: `fn(*args)`, then `ok` and `value` (the result,
+    or the exception it raised)."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    done: trio.Event = field(default_factory=trio.Event)
+    ok: bool = False
+    value: Any = None
+
+
+def _run_reads(batch: list[_Read]) -> None:
+    """Run a batch of reads (on the state machine's thread), each on its own."""
+    for r in batch:
+        try:
+            r.value = r.fn(*r.args)
+            r.ok = True
+        except Exception as exc:  # delivered to the reader, not to the batch
+            r.value = exc
 
 
 class _History:
@@ -127,6 +155,7 @@ class RaftStore:
         self._deadlines: list[list[Any]] = []
         self._deadline_seq = itertools.count()
         self._sweep = trio.CancelScope()  # the `_expire` task's current sleep
+        self._reads: trio.MemorySendChannel[_Read] | None = None  # while `_reader` runs
         node.on_apply = self._on_apply
         node.on_snapshot = self._on_snapshot
 
@@ -162,6 +191,7 @@ class RaftStore:
             self.hub = WatchHub(_History(self.node, sm))
             self._nursery = nursery
             await nursery.start(self.hub.run)
+            await nursery.start(self._reader)
             nursery.start_soon(self._auto_compact)
             nursery.start_soon(self._expire)
             nursery.start_soon(self._checkpoint)
@@ -284,8 +314,45 @@ class RaftStore:
     async def _read(self, linearizable: bool, fn: Callable[..., T], *args: Any) -> T:
         if linearizable:
             await self._with_quorum("read", self.node.read_barrier)
-        result: T = await self.node.read_state_machine(fn, *args)
-        return result
+        reads = self._reads
+        if reads is None:
+            result: T = await self.node.read_state_machine(fn, *args)
+            return result
+        req = _Read(fn, args)
+        reads.send_nowait(req)
+        await req.done.wait()
+        if req.ok:
+            return req.value  # type: ignore[no-any-return]
+        if isinstance(req.value, BaseException):
+            raise req.value
+        raise Unavailable("the store stopped before the read ran")
+
+    async def _reader(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """Run the queued local reads, all those queued at once in one thread call."""
+        send, receive = trio.open_memory_channel[_Read](math.inf)
+        self._reads = send
+        task_status.started()
+        try:
+            async for first in receive:
+                batch = [first]
+                while True:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                try:
+                    await self.node.read_state_machine(_run_reads, batch)
+                finally:
+                    for r in batch:  # a read the batch did not reach fails (see `_read`)
+                        r.done.set()
+        finally:
+            self._reads = None
+            send.close()
+            while True:
+                try:
+                    receive.receive_nowait().done.set()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
 
     # ------------------------------------------------------------------ Store
     async def create(self, key: str, value: bytes) -> KeyValue:
