@@ -44,6 +44,7 @@ import trio
 
 from ..cri.runtime import RuntimeService
 from .agent import Agent, AgentOptions
+from .podworker import WorkerOptions
 
 if TYPE_CHECKING:
     from ..api.apiserver import ApiServer
@@ -64,6 +65,7 @@ class AgentConfig:
     labels: dict[str, str] = field(default_factory=dict)
     node_ip: str = ""
     log_port: int = 10250  # 0: any free port
+    worker: WorkerOptions = field(default_factory=WorkerOptions)  # tests shorten back-offs
 
 
 def make_runtime(kind: str, containerd_socket: str | None = None) -> RuntimeService:
@@ -106,7 +108,9 @@ async def run_embedded(
 
     name = config.node_name or default_node_name()
     runtime = make_runtime(config.runtime, config.containerd_socket)
-    options = AgentOptions(name, data_dir, labels=dict(config.labels), node_ip=config.node_ip)
+    options = AgentOptions(
+        name, data_dir, labels=dict(config.labels), node_ip=config.node_ip, worker=config.worker
+    )
     agent = Agent(node_client(api.api, name), runtime, options)
     try:
         async with trio.open_nursery() as nursery:

@@ -16,6 +16,7 @@ import httpx
 import trio
 import yaml
 
+from orchestrator.agent.service import AgentConfig
 from orchestrator.api.apiserver import ApiOptions
 from orchestrator.raft.node import NodeConfig
 from orchestrator.server import Server, ServerOptions
@@ -56,8 +57,13 @@ def read_kubeconfig(path: Path) -> tuple[str, str, bytes]:
 
 @asynccontextmanager
 async def api_server(
-    data_dir: Path | None = None, *, tls: bool = True, controllers: bool = True
+    data_dir: Path | None = None,
+    *,
+    tls: bool = True,
+    controllers: bool = True,
+    agent: AgentConfig | None = None,
 ) -> AsyncIterator[Harness]:
+    """`agent`: run the server's embedded node agent (its data in `<data_dir>/agent`)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = data_dir or Path(tmp)
         node = NodeConfig(
@@ -71,8 +77,15 @@ async def api_server(
             node,
             "127.0.0.1:0",
             token="t",
-            api=ApiOptions(root, "127.0.0.1:0", tls=tls, cluster_token="t"),
+            api=ApiOptions(
+                root,
+                "127.0.0.1:0",
+                tls=tls,
+                cluster_token="t",
+                node_name=agent.node_name if agent else "",
+            ),
             controllers=controllers,
+            agent=agent,
         )
         server = Server(opts)
         async with trio.open_nursery() as nursery:
