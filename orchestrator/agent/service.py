@@ -21,6 +21,10 @@ server's nursery with `InProcessClient(api, system:node:<name>)` — no HTTP, st
 admitted as a node — data in `DATA_DIR/agent`, and serves container logs on its own port with
 the API server's certificate.
 
+Under systemd (`orchestrator install-service agent`): READY=1 once the agent runs and the
+container runtime answers (never gated on the server), STATUS= with the connection state,
+WATCHDOG=1 from the trio loop, STOPPING=1 on SIGTERM, SIGHUP reloads the log level.
+
 Autonomy knobs, server side: `--node-monitor-grace-period` (default 40 s) is how long a silent
 node stays Ready; after it the node is Ready=Unknown and tainted unreachable, and pods without a
 longer toleration are evicted 300 s later (the default `node.kubernetes.io/unreachable`
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import sys
@@ -43,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..cri.runtime import RuntimeService
+from ..systemd import Notifier, reload_log_level, watchdog_task
 from .agent import Agent, AgentOptions
 from .podworker import WorkerOptions
 
@@ -139,7 +145,11 @@ def add_parser(sub: Any) -> None:
     """Add `agent` to the `orchestrator` subparsers."""
     a = sub.add_parser("agent", help="run a node agent that joins a cluster")
     a.add_argument("--server", help="API server URL, e.g. https://10.0.0.1:6443")
-    a.add_argument("--token", help="node token (see `TokenStore.add_node`)")
+    a.add_argument(
+        "--token",
+        default=os.environ.get("ORCHESTRATOR_TOKEN"),
+        help="node token (see `TokenStore.add_node`; env ORCHESTRATOR_TOKEN)",
+    )
     a.add_argument("--data-dir", type=Path, required=True, help="local state, logs, volumes")
     a.add_argument("--ca-file", type=Path, help="the cluster CA certificate (PEM)")
     a.add_argument(
@@ -191,20 +201,64 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
         node_ip=args.node_ip or "",
         kubelet_port=args.log_port,
     )
+    notifier = Notifier.from_env()
+    sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     try:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(*sigs) as signals:
             async with RestClient(cfg, user_agent=f"orchestrator-agent/{name}") as rest:
                 agent = Agent(HttpClient(rest, field_manager="kubelet"), runtime, options)
                 async with trio.open_nursery() as nursery:
+                    await nursery.start(watchdog_task, notifier)
+                    notifier.status("starting: restoring local pods")
                     await nursery.start(agent.run)
                     log.info("node agent %s running against %s", name, cfg.server)
+                    await wait_runtime(runtime, notifier)
+                    notifier.ready(connection_status(agent, cfg.server))
+                    nursery.start_soon(_report_connection, agent, cfg.server, notifier)
                     async for signum in signals:
+                        if signum == signal.SIGHUP:
+                            notifier.reloading()
+                            changes = reload_log_level()
+                            log.warning("reloaded: %s", "; ".join(changes) or "nothing changed")
+                            notifier.ready()
+                            continue
                         log.info("received %s: stopping (containers keep running)", signum)
+                        notifier.stopping("stopping (containers keep running)")
                         nursery.cancel_scope.cancel()
                         break
     finally:
         with trio.CancelScope(shield=True):
             await runtime.aclose()
+
+
+RUNTIME_RETRY = 2.0  # seconds between runtime checks before READY=1
+
+
+async def wait_runtime(runtime: RuntimeService, notifier: Notifier) -> None:
+    """Until the container runtime answers `version()` (STATUS says what it waits for)."""
+    from ..cri.runtime import CriError
+
+    while True:
+        try:
+            with trio.fail_after(10):
+                await runtime.version()
+            return
+        except (CriError, OSError, trio.TooSlowError) as exc:
+            notifier.status(f"waiting for the container runtime: {exc or type(exc).__name__}")
+            await trio.sleep(RUNTIME_RETRY)
+
+
+def connection_status(agent: Agent, server: str) -> str:
+    state = "connected to" if agent.connected else "not connected to"
+    return f"{state} {server}; {len(agent.workers)} pods"
+
+
+async def _report_connection(agent: Agent, server: str, notifier: Notifier) -> None:
+    """STATUS= whenever the connection state or pod count changes (polled: the agent exposes
+    them as plain attributes)."""
+    while True:
+        notifier.status(connection_status(agent, server))
+        await trio.sleep(1.0)
 
 
 def main(args: argparse.Namespace) -> int:
