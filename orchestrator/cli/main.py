@@ -1,7 +1,8 @@
 """Entry point of the `orchestrator` command.
 
 Subcommands: `server` (run a Raft server with the replicated KV store), `kv` (put/get/delete
-against it), `member` (membership changes), `status` (per-server Raft status), and the
+against it), `member` (membership changes), `status` (per-server Raft status, members and
+leader; nodes and pods with a kubeconfig), `backup` / `restore` (`cli/backup.py`), and the
 kubectl-like `apply`, `get`, `describe`, `delete`, `scale`, `logs`, `rollout`, `explain`,
 `api-resources` against the API server (`orchestrator.cli.kube`). Errors are
 printed as one line for people, never as a traceback, with exit status 1 (2 for usage errors).
@@ -176,8 +177,17 @@ def _build_parser() -> argparse.ArgumentParser:
         c = ms.add_parser(name, parents=[ep], help=help_)
         c.add_argument("node_id", type=int)
 
-    st = sub.add_parser("status", parents=[ep], help="Raft status of every server")
+    st = sub.add_parser(
+        "status",
+        parents=[ep],
+        help="Raft status of every server, members and leader; nodes and pods with a kubeconfig",
+    )
     st.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    from . import backup as backup_cli  # orchestrator backup | restore
+    from . import status as status_cli  # status --kubeconfig / --data-dir
+
+    status_cli.add_options(st)
+    backup_cli.add_parsers(sub, ep)
 
     from . import kube  # kubectl-like commands against the API server (apply, get, ...)
 
@@ -328,7 +338,11 @@ async def _client_command(args: argparse.Namespace) -> int:
                         rows.append((e, await c.status(e)))
                     except (OSError, Exception) as exc:  # one dead server must not hide the rest
                         rows.append((e, {"error": str(exc) or type(exc).__name__}))
-                _print_status(rows, args.output)
+                from . import status as status_cli
+
+                path = status_cli.kubeconfig_of(args)
+                kube = None if path is None else await status_cli.kube_summary(path, 5.0)
+                _print_status(rows, args.output, kube)
     return 0
 
 
@@ -340,9 +354,16 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _print_status(rows: list[tuple[str, dict[str, Any]]], output: str) -> None:
+def _print_status(
+    rows: list[tuple[str, dict[str, Any]]], output: str, kube: dict[str, Any] | None = None
+) -> None:
+    from . import status as status_cli
+
     if output == "json":
-        print(json.dumps(dict(rows), indent=2, default=str))
+        report: dict[str, Any] = dict(rows)
+        if kube is not None:  # only then: without a kubeconfig the keys are the endpoints
+            report["cluster"] = {**status_cli.raft_summary(rows), **kube}
+        print(json.dumps(report, indent=2, default=str))
         return
     print(
         f"{'ENDPOINT':21} {'ID':>3} {'ROLE':9} {'TERM':>5} {'LEADER':>6} {'COMMIT':>8} "
@@ -367,6 +388,7 @@ def _print_status(rows: list[tuple[str, dict[str, Any]]], output: str) -> None:
             lag = st["last_index"] - pr["match"]
             learner = " (learner)" if pr["learner"] else ""
             print(f"{'':21}   peer {pid}: {pr['state']}, match {pr['match']}, lag {lag}{learner}")
+    status_cli.print_overview(status_cli.raft_summary(rows), kube)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -391,8 +413,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ..bench import reconcile as bench_reconcile
 
             return bench_reconcile.main(args)
+        from . import backup as backup_cli
         from . import kube
 
+        if args.command in backup_cli.COMMANDS:
+            return backup_cli.main(args)
         if args.command in kube.COMMANDS:
             return kube.main(args)
         return trio.run(_client_command, args)

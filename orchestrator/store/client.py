@@ -12,6 +12,7 @@ because the write may or may not have been committed. Callers own timeouts (`tri
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from collections.abc import AsyncIterator
@@ -258,6 +259,56 @@ class StoreClient:
                 conn.streams.pop(rid, None)
             self._current += 1  # connection lost or watch ended: resume elsewhere
             await trio.sleep(self.retry_delay)
+
+    async def backup(self) -> tuple[dict[str, Any], bytes]:
+        """A consistent image of the store (see the service's "backup" op): (metadata, SQLite
+        image), checked against the size and SHA-256 the server sent. Holds every write
+        acknowledged before the call. Tries the servers in turn until one answers; bound it
+        with `trio.fail_after`."""
+        attempts = 0
+        while True:
+            endpoint = self.endpoints[self._current % len(self.endpoints)]
+            try:
+                return await self._backup_once(endpoint)
+            except (OSError, Indeterminate, NoQuorum, Unavailable):
+                self._current += 1  # unreachable, went away, or no quorum there: another one
+            except RequestFailed as exc:
+                if exc.status not in ("unavailable", "timeout", "not_leader"):
+                    raise
+                self._current += 1
+            attempts += 1
+            await trio.sleep(min(self.retry_delay * math.pow(1.5, min(attempts, 10)), 1.0))
+
+    async def _backup_once(self, endpoint: str) -> tuple[dict[str, Any], bytes]:
+        conn = await self._conn(endpoint)
+        rid = next(self._rid)
+        # Unbounded: the reader task must never drop a chunk (the image is in memory anyway).
+        send, recv = trio.open_memory_channel[tuple[str, Any]](math.inf)
+        conn.streams[rid] = send
+        chunks: list[bytes] = []
+        try:
+            try:
+                async with conn.send_lock:
+                    await conn.stream.send_all(encode_frame(msgpack.packb([rid, "backup", []])))
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise OSError(f"connection to {endpoint} broke") from exc
+            async with recv:
+                async for status, value in recv:
+                    if status == "chunk":
+                        chunks.append(bytes(value))
+                        continue
+                    if status != "ok":
+                        raise _store_error(status, value) or RequestFailed(status, value)
+                    meta = dict(value)
+                    image = b"".join(chunks)
+                    if len(image) != meta.get("image_bytes") or (
+                        hashlib.sha256(image).hexdigest() != meta.get("image_sha256")
+                    ):
+                        raise Indeterminate(f"backup from {endpoint} arrived damaged")
+                    return meta, image
+        finally:
+            conn.streams.pop(rid, None)
+        raise Indeterminate(f"connection to {endpoint} lost during the backup")
 
     async def status(self, endpoint: str) -> dict[str, Any]:
         st = await self.call_once(endpoint, "status")

@@ -13,8 +13,10 @@ quorum answered in time: a write's outcome is unknown), "error" (a bad request),
 error code ("exists", "not_found", "conflict", "compacted", "too_large", "no_space", ...;
 value = [message, current kv or compact revision]). A watch answers many times with status
 "watch" (value = [events, revision, progress]) until one final "canceled" (value = [reason,
-compact_revision]). A KeyValue travels as [key, value, create_revision, mod_revision, version];
-an Event as [type, kv, prev_kv].
+compact_revision]). A backup answers many times with status "chunk" (value = up to
+BACKUP_CHUNK bytes of the store's SQLite image, in order) and then "ok" (value = metadata:
+revision, applied_index, image_bytes, image_sha256, ...). A KeyValue travels as [key, value,
+create_revision, mod_revision, version]; an Event as [type, kv, prev_kv].
 
 Invariants: a bad frame or an unknown op is answered with "error" (or, for an unreadable frame,
 the connection is closed) and changes nothing; "ok" for a write means it is committed and
@@ -23,6 +25,7 @@ applied on this server; nothing a client sends can stop the server.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import logging
 from contextlib import suppress
@@ -45,6 +48,7 @@ from ..raft.node import (
     promote_change,
     remove_change,
 )
+from .mvcc import SCHEMA_VERSION
 from .raftstore import RaftStore
 from .types import (
     Compacted,
@@ -63,6 +67,7 @@ from .types import (
 log = logging.getLogger("orchestrator.store.service")
 
 MAX_CLIENT_FRAME = 4 << 20
+BACKUP_CHUNK = 1 << 20  # bytes of store image per "chunk" frame (clients read 64 MiB frames)
 STORE_OPS = frozenset(
     {"put", "cas", "delete", "get", "create", "update", "remove_key", "kv", "range", "revision"}
 )
@@ -237,6 +242,9 @@ class ClientService:
                 if op == "watch":
                     await self._watch(rid, args, q)
                     return
+                if op == "backup":
+                    await self._backup(rid, q)
+                    return
                 if op in STORE_OPS:  # the store bounds these itself (NoQuorum)
                     status, value = "ok", await self._dispatch(op, args)
                 else:
@@ -329,6 +337,49 @@ class ClientService:
                         encode_frame(msgpack.packb([rid, "canceled", ["client too slow", 0]]))
                     )
                     return
+
+    async def _backup(self, rid: Any, q: trio.MemorySendChannel[bytes]) -> None:
+        """Stream a consistent image of the store: a ReadIndex barrier (so the image holds
+        every write acknowledged before the request), then `MVCCStore.snapshot()` on its
+        database thread (checkpointed and serialized at exactly the applied index), sent as
+        "chunk" frames of BACKUP_CHUNK bytes and a final "ok" with the metadata (revision,
+        applied index, size, SHA-256). A client that stops reading slows the stream down."""
+        await self.store.current_revision(linearizable=True)  # NoQuorum after quorum_timeout
+        mvcc = self.store.mvcc
+
+        def take() -> tuple[int, bytes, int, int]:
+            index, image = mvcc.snapshot()
+            return index, image, mvcc.revision(), mvcc.compact_revision()
+
+        index, image, revision, compact = await self.node.read_state_machine(take)
+        core = self.node.core
+        meta = {
+            "revision": revision,
+            "compact_revision": compact,
+            "applied_index": index,
+            "raft_term": core.log.term(index) or core.term,
+            "schema_version": SCHEMA_VERSION,
+            "source_node": self.node.id,
+            "voters": sorted(core.conf.voters),
+            "learners": sorted(core.conf.learners),
+            "image_bytes": len(image),
+            "image_sha256": hashlib.sha256(image).hexdigest(),
+        }
+        log.info(
+            "node %d: backup at revision %d (index %d, %d bytes)",
+            self.node.id,
+            revision,
+            index,
+            len(image),
+        )
+        view = memoryview(image)
+        try:
+            for at in range(0, len(image), BACKUP_CHUNK):
+                chunk = bytes(view[at : at + BACKUP_CHUNK])
+                await q.send(encode_frame(msgpack.packb([rid, "chunk", chunk])))
+            await q.send(encode_frame(msgpack.packb([rid, "ok", meta])))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            log.info("node %d: backup client went away", self.node.id)
 
     async def _dispatch(self, op: Any, args: list[Any]) -> Any:
         store, node = self.store, self.node
