@@ -16,9 +16,9 @@ creates N pods at once (one busybox `sleep 3600` container each, SIGTERM trapped
 `imagePullPolicy: IfNotPresent`, `spec.nodeName` set so no scheduling is measured) over one
 HTTPS client. Latency of a pod = `time.time()` when its watch event first shows phase Running
 with every container ready, minus `time.time()` just before its create request was sent (both on
-this machine; creationTimestamp has one-second resolution). Reported: p50, p99, max and the time until the
-last pod of the round was Running. Pods of a round are deleted (and their disappearance awaited)
-before the next round, except the last round's.
+this machine; creationTimestamp has one-second resolution). Reported: p50, p99, max and the
+time until the last pod of the round was Running. Pods of a round are deleted (and their
+disappearance awaited) before the next round, except the last round's.
 
 Idle: with 0 pods (before the rounds, `--baseline-idle` s) and with the last round's pods
 running (`--idle` s, by default 50 pods on the pod network), the server process's RSS
