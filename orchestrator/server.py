@@ -47,6 +47,7 @@ class ServerOptions:
     client_listen: str
     token: str = ""
     join_url: str | None = None  # client address of a member to ask for admission
+    ca_pin: str = ""  # hex SHA-256 of the cluster CA (a K10 token's pin), checked before joining
     quota_bytes: int = DEFAULT_QUOTA_BYTES
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
     api: ApiOptions | None = None  # None: no Kubernetes API on this server
@@ -139,6 +140,10 @@ class Server:
         advertise = self.opts.node.advertise or self.opts.node.peer_listen
         with trio.fail_after(JOIN_TIMEOUT):
             async with StoreClient([endpoint]) as client:
+                if self.opts.ca_pin:  # the cluster's CA must be the pinned one: else send nothing
+                    from .api.auth.jointoken import verify_bundle_pin
+
+                    await verify_bundle_pin(client.get, self.opts.token, self.opts.ca_pin)
                 while True:
                     try:
                         await client.call("join", self.opts.token, self.node.id, advertise)

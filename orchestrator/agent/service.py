@@ -6,15 +6,14 @@ Standalone::
         [--ca-file ca.crt | --kubeconfig node.yaml] [--runtime containerd|simulated] \\
         [--containerd-socket PATH] [--node-name NAME] [--node-ip IP] [--labels k=v,...]
 
-The token is a node token (`TokenStore.add_node(name)`: user `system:node:<name>`, group
-`system:nodes`), so NodeRestriction confines the agent to its own Node, Lease and pods.
-
-Trusting the server: the agent needs the cluster CA. Give it `--ca-file` (the server's
-`DATA_DIR/pki/ca.crt`, copied over a trusted channel) or a `--kubeconfig` whose cluster entry
-carries `certificate-authority-data` (then `--server`/`--token` may come from it too). There is
-no trust-on-first-use: the server does not publish its CA on an unauthenticated endpoint yet, so
-a k3s-style CA-pinned token (`K10<sha256(CA)>::...`, which `Pki.ca_hash()` could back) is left
-for when it does.
+The agent runs as a node (user `system:node:<name>`, group `system:nodes`), so NodeRestriction
+confines it to its own Node, Lease and pods. `--token` is either a join token from `orchestrator
+token create` (`K10<sha256 of the CA>::<id>.<secret>`, or the bare `<id>.<secret>` with
+`--ca-file`): the agent checks the CA against the pin before sending anything, trades the token
+for node credentials and keeps them in `DATA_DIR/node-kubeconfig.yaml` for later starts (see
+`join.py`); or a node token itself, with the CA from `--ca-file` or a `--kubeconfig` whose
+cluster entry carries `certificate-authority-data` (then `--server`/`--token` may come from it
+too). There is no trust-on-first-use: a server's CA is trusted only through a pin or a file.
 
 Embedded (`orchestrator server`, default on; `--no-agent` disables): the agent runs in the
 server's nursery with `InProcessClient(api, system:node:<name>)` — no HTTP, still authorized and
@@ -148,7 +147,8 @@ def add_parser(sub: Any) -> None:
     a.add_argument(
         "--token",
         default=os.environ.get("ORCHESTRATOR_TOKEN"),
-        help="node token (see `TokenStore.add_node`; env ORCHESTRATOR_TOKEN)",
+        help="join token (K10...::id.secret, from `orchestrator token create`) or node token "
+        "(env ORCHESTRATOR_TOKEN)",
     )
     a.add_argument("--data-dir", type=Path, required=True, help="local state, logs, volumes")
     a.add_argument("--ca-file", type=Path, help="the cluster CA certificate (PEM)")
@@ -262,7 +262,18 @@ async def _report_connection(agent: Agent, server: str, notifier: Notifier) -> N
 
 
 def main(args: argparse.Namespace) -> int:
-    cfg = client_config(args)
+    from .join import JoinError, is_join_token, join_config
+
+    if not args.kubeconfig and args.server and args.token and is_join_token(args.token):
+        ca = args.ca_file.read_bytes() if args.ca_file else None
+        name = args.node_name or default_node_name()
+        try:
+            cfg = trio.run(join_config, args.server, args.token, args.data_dir, name, ca)
+        except JoinError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    else:
+        cfg = client_config(args)
     try:
         trio.run(_serve, args, cfg)
     except ValueError as exc:

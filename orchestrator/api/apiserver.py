@@ -5,6 +5,11 @@ Custom kinds: the server that writes a CRD updates its registry before answering
 a custom resource right after its CRD); every server also watches the CRD keys, so CRDs written
 through another server (or restored from a snapshot) appear everywhere.
 
+Tokens: the cluster-wide table (`ClusterTokens`, the bundle's start-up table migrated into it
+once) is loaded before the listener starts and kept current by a watch; the `/orchestrator/v1/`
+endpoints (`tokenapi`) serve the CA, join tokens and node joins. `DATA_DIR/server-token` (0600)
+holds `K10<CA sha256>::<cluster token>`, what another server joins with (`--join URL --token`).
+
 Invariants: `run` signals `task_status.started(port)` only when the listener is bound and
 `DATA_DIR/kubeconfig.yaml` names that port; the built-in kinds never change at run time.
 """
@@ -24,8 +29,10 @@ from ..store.api import Store
 from . import errors
 from .app import ApiApp
 from .auth.authn import Authenticator
+from .auth.clustertokens import ClusterTokens
+from .auth.jointoken import ca_sha256, format_token
 from .auth.kubeconfig import write_kubeconfig
-from .auth.pki import Pki, ensure_pki
+from .auth.pki import Pki, atomic_write, ensure_pki
 from .auth.shared import Bundle, local_bundle, shared_credentials
 from .auth.tls import serve, server_ssl_context
 from .auth.tokens import ADMIN_USER, MASTERS, TokenStore
@@ -35,6 +42,7 @@ from .schema.builtin import builtin_registry
 from .schema.crd import kinds_from_crd
 from .schema.kind import Kind, Registry
 from .storage import ObjectStore, prefix_of
+from .tokenapi import OrchestratorRoutes
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +107,7 @@ class ApiServer:
         self.api = Api(self.objects, self.registry, on_crd_change=self.custom.changed)
         self.port = 0
         self.pki: Pki | None = None
-        self.tokens: TokenStore | None = None
+        self.tokens: ClusterTokens | None = None  # the cluster-wide token table
         self._ready = ready
 
     @property
@@ -125,9 +133,17 @@ class ApiServer:
             self.objects.store, data_dir, self.opts.cluster_token, make_local
         )
         self.pki = pki = ensure_pki(data_dir, sans)  # the serving cert, under the shared CA
-        self.tokens = tokens = TokenStore.open(data_dir)
+        pin = ca_sha256(pki.ca_pem)
+        self.tokens = tokens = ClusterTokens(self.objects.store)
+        tokens.ca_pin = pin
+        await tokens.migrate(TokenStore.open(data_dir))  # once per cluster
+        if self.opts.cluster_token:  # k3s' server/token: what other servers join with
+            token_file = data_dir / "server-token"
+            server_token = format_token(pin, self.opts.cluster_token).encode() + b"\n"
+            await trio.to_thread.run_sync(atomic_write, token_file, server_token, 0o600)
         admin_token = bundle.admin_token
         authenticator = Authenticator(tokens, pki.ca_cert)
+        routes = OrchestratorRoutes(tokens, pki.ca_pem, pin, self._node_exists)
         logs = await AgentLogProxy.for_pki(pki, self._get_node, local_node=self.opts.node_name)
         app = ApiApp(
             self.api,
@@ -135,9 +151,11 @@ class ApiServer:
             server_address=f"{host}:{port}",
             logs=logs,
             ready=self._ready or (lambda: True),
+            extra=routes,
         )
         context = server_ssl_context(pki) if self.opts.tls else None
         async with trio.open_nursery() as nursery:
+            await nursery.start(tokens.run)
             self.port = await nursery.start(
                 partial(serve, app, host=host, port=port, ssl_context=context)
             )
@@ -168,6 +186,9 @@ class ApiServer:
             if exc.code == 404:
                 return None
             raise
+
+    async def _node_exists(self, name: str) -> bool:
+        return await self._get_node(name) is not None
 
     async def _bootstrap(self) -> None:
         """Create the system namespaces (idempotent; retried until the store has quorum)."""

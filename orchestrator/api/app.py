@@ -1,10 +1,12 @@
 """The ASGI application: HTTP in, `Api` calls, JSON (or Tables, or watch streams) out.
 
-Order per request: probes and /version (anonymous) -> authentication (401) -> discovery and
-OpenAPI (any authenticated user) -> resource requests (`request.parse_path`) dispatched on verb
-and subresource to `Api`. Bodies are read with a hard limit (3 MiB, 413 beyond) and decoded as
-JSON (or YAML for apply and `application/yaml`, or Kubernetes protobuf for the typed
-clients of kubectl's generators, see `protobuf`): malformed input is a 400 Status.
+Order per request: probes and /version (anonymous) -> the orchestrator's own endpoints
+(`extra`: /orchestrator/v1/, see `tokenapi`; they authenticate themselves) -> authentication
+(401) -> discovery and OpenAPI (any authenticated user) -> resource requests
+(`request.parse_path`) dispatched on verb and subresource to `Api`. Bodies are read with a
+hard limit (3 MiB, 413 beyond) and decoded as JSON (or YAML for apply and `application/yaml`, or
+Kubernetes protobuf for the typed clients of kubectl's generators, see `protobuf`): malformed
+input is a 400 Status.
 
 Invariants: every response is JSON with a Content-Type; every failure is a metav1.Status
 (`errors.ApiError`); no exception escapes to hypercorn — an unexpected one is logged and answered
@@ -55,6 +57,22 @@ class Authenticator(Protocol):
     def authenticate(
         self, headers: list[tuple[bytes, bytes]], client_cert_der: bytes | None
     ) -> User | None: ...
+
+
+class ExtraRoutes(Protocol):
+    """Endpoints outside the Kubernetes API under `prefix` (`tokenapi`); they authenticate
+    and authorize themselves (some are anonymous)."""
+
+    prefix: str
+
+    async def handle(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        authenticate: Callable[[], User],
+        body: bytes,
+    ) -> Response: ...
 
 
 class LogSource(Protocol):
@@ -151,8 +169,10 @@ class ApiApp:
         logs: LogSource | None = None,
         ready: Callable[[], bool] = lambda: True,
         rng: random.Random | None = None,
+        extra: ExtraRoutes | None = None,
     ) -> None:
         self.api = api
+        self.extra = extra
         self.authenticator = authenticator
         self.server_address = server_address
         self.logs = logs
@@ -232,6 +252,11 @@ class ApiApp:
             )
         if path == "/version":
             return Response(200, discovery.VERSION)
+        if self.extra is not None and path.startswith(self.extra.prefix):
+            body = await _read_body(receive, hdr)
+            return await self.extra.handle(
+                method, path, headers, lambda: self._authenticate(scope, headers), body
+            )
         user = self._authenticate(scope, headers)
         if method == "GET" and path == "/metrics":  # any authenticated user, like discovery
             return Response(200, REGISTRY.render().encode(), content_type=Registry.CONTENT_TYPE)

@@ -198,6 +198,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from ..agent import service as agent_service  # orchestrator agent
 
     agent_service.add_parser(sub)
+    from . import token as token_cli  # orchestrator token create|list|revoke
+
+    token_cli.add_parser(sub)
     from . import install_service  # orchestrator install-service
 
     install_service.add_parser(sub)
@@ -226,7 +229,13 @@ def _server(args: argparse.Namespace) -> int:
             "(it also encrypts the credentials they share)"
         )
     node_id = node_identity(args.data_dir, args.node_id, joining=joining)
-    token = cluster_token(args.data_dir, args.token)
+    from ..api.auth.jointoken import parse_token
+
+    try:  # `K10<CA sha256>::<cluster token>`: the pin is checked before joining
+        given = parse_token(args.token) if args.token else None
+    except ValueError as exc:
+        raise SystemExit(f"error: --token: {exc}") from None
+    token = cluster_token(args.data_dir, given.credentials if given else None)
     founders: dict[int, str] = {}
     if not joining:
         founders = args.initial_cluster or {node_id: args.advertise or args.peer_listen}
@@ -265,6 +274,7 @@ def _server(args: argparse.Namespace) -> int:
         args.client_listen,
         token=token,
         join_url=args.join,
+        ca_pin=(given.pin or "") if given else "",
         quota_bytes=args.quota_bytes,
         compaction=compaction,
         controllers=not args.no_controllers,
@@ -401,6 +411,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "server":
             return _server(args)
+        if args.command == "token":
+            from . import token as token_cli
+
+            return token_cli.main(args)
         if args.command == "agent":
             from ..agent import service as agent_service
 

@@ -57,7 +57,7 @@ async def test_probes_are_anonymous_and_everything_else_needs_credentials(h: Har
 async def test_viewer_reads_but_cannot_write_or_read_secrets(h: Harness) -> None:
     assert h.server.api is not None
     assert h.server.api.tokens is not None
-    token = h.server.api.tokens.add("ann", ["system:viewers"])
+    token = await h.server.api.tokens.add("ann", ["system:viewers"])
     async with client_for(h, token) as viewer:
         assert (await viewer.get("/api/v1/namespaces/default/configmaps")).status_code == 200
         body = assert_status(
@@ -93,7 +93,7 @@ async def test_client_certificate_signed_by_the_cluster_ca_logs_in(h: Harness) -
 async def test_nodes_write_only_their_own_objects(h: Harness) -> None:
     assert h.server.api is not None
     assert h.server.api.tokens is not None
-    token = h.server.api.tokens.add_node("edge-1")
+    token = await h.server.api.tokens.add_node("edge-1")
     pod = {
         "metadata": {"name": "p"},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},

@@ -17,12 +17,13 @@ import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .pki import signed_by
-from .tokens import TokenStore
+from .tokens import TokenEntry
 
 AUTHENTICATED = "system:authenticated"
 ANONYMOUS_PATHS = frozenset({"/healthz", "/livez", "/readyz", "/version"})
@@ -100,12 +101,18 @@ def user_from_certificate(
     return _with_authenticated(name, groups)
 
 
+class TokenLookup(Protocol):
+    """A token table: `TokenStore` (a file) or `ClusterTokens` (the replicated store)."""
+
+    def lookup(self, token: str) -> TokenEntry | None: ...
+
+
 class Authenticator:
     """Bearer token, else client certificate, else None."""
 
     def __init__(
         self,
-        tokens: TokenStore,
+        tokens: TokenLookup,
         ca_cert: x509.Certificate,
         clock: Callable[[], float] = time.time,
     ) -> None:

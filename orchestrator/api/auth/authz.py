@@ -26,7 +26,9 @@ Role table (who → what):
                    not: create pods, pods/log, pods/exec, anything else
     bootstrapper group system:bootstrappers      create/get/list/watch certificatesigningrequests
                                                  (certificates.k8s.io), like kubeadm's
-                                                 system:node-bootstrapper; nothing else
+                                                 system:node-bootstrapper; post the path
+                                                 /orchestrator/v1/join (node credentials,
+                                                 `tokenapi`); nothing else
     discovery    group system:authenticated      get on /api, /apis, /openapi, /version and the
                                                  health paths; create self-subject reviews
 
@@ -158,6 +160,7 @@ ROLES: dict[str, tuple[Rule, ...]] = {
             ["certificates.k8s.io"],
             ["certificatesigningrequests"],
         ),
+        _rule(["post"], paths=frozenset({"/orchestrator/v1/join"})),
     ),
     "discovery": (
         _rule(

@@ -9,8 +9,10 @@ the store's files and snapshots alone do not give away the CA key.
 
 Invariants: the bundle is written once (a create: concurrent first starts race, one wins and
 the others adopt the winner's); a server whose token cannot decrypt the bundle refuses to start
-rather than split the cluster into two CAs. Tokens added after bootstrap live only on the server
-that made them (joining agents use per-server tokens until tokens become stored objects).
+rather than split the cluster into two CAs. The bundle's token table is only the start-up
+table: each API server copies it into the cluster-wide table (`clustertokens`, one store key
+per token, migrated once per cluster) and authenticates from there, so tokens added or revoked
+later hold on every server; the `tokens.yaml` adopted here is not consulted afterwards.
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ class TokenEntry:
     sha256: str  # hex digest of the token
     expires: float | None = None  # epoch seconds
     bootstrap_id: str | None = None
+    description: str = ""
+    owner: str = ""  # for a node token: the identity that joined the node (name ownership)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -66,6 +68,10 @@ class TokenEntry:
             out["expires"] = self.expires
         if self.bootstrap_id is not None:
             out["bootstrapID"] = self.bootstrap_id
+        if self.description:
+            out["description"] = self.description
+        if self.owner:
+            out["owner"] = self.owner
         return out
 
     @staticmethod
@@ -77,10 +83,13 @@ class TokenEntry:
             sha256=str(d["sha256"]),
             expires=float(expires) if expires is not None else None,
             bootstrap_id=d.get("bootstrapID"),
+            description=str(d.get("description") or ""),
+            owner=str(d.get("owner") or ""),
         )
 
 
-def _hash(token: str) -> str:
+def token_hash(token: str) -> str:
+    """Hex SHA-256 of a token: what is stored instead of it."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -128,7 +137,7 @@ class TokenStore:
             raise ValueError("a token needs a user name")
         token = secrets.token_urlsafe(32)
         expires = self.clock() + ttl if ttl is not None else None
-        self._put(TokenEntry(name, tuple(groups), _hash(token), expires), replace=True)
+        self._put(TokenEntry(name, tuple(groups), token_hash(token), expires), replace=True)
         return token
 
     def ensure_admin(self) -> str | None:
@@ -156,7 +165,7 @@ class TokenStore:
         entry = TokenEntry(
             BOOTSTRAP_PREFIX + token_id,
             (BOOTSTRAPPERS,),
-            _hash(token),
+            token_hash(token),
             self.clock() + ttl,
             token_id,
         )
@@ -185,7 +194,7 @@ class TokenStore:
     # ------------------------------------------------------------------ lookup
     def lookup(self, token: str) -> TokenEntry | None:
         """The entry whose token this is, if it exists and has not expired."""
-        digest = _hash(token).encode()
+        digest = token_hash(token).encode()
         found: TokenEntry | None = None
         for e in self.entries:
             if hmac.compare_digest(digest, e.sha256.encode()) and found is None:

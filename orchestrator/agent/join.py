@@ -1,0 +1,178 @@
+"""Joining an agent with a join token: check the CA pin, trade the token for node credentials.
+
+`orchestrator agent --server https://HOST:6443 --token K10<ca sha256>::<id>.<secret> --data-dir D`:
+
+1. The agent fetches the cluster CA from the anonymous `GET /orchestrator/v1/ca` without
+   trusting it (TLS not verified, no credential in the request) and compares its SHA-256 with
+   the token's pin. A mismatch stops here: nothing was sent.
+2. From then on TLS is verified against that CA (the server must hold a certificate it
+   signed). The agent sends only `<id>.<secret>` (the pin is not a credential) to
+   `POST /orchestrator/v1/join {nodeName}`, and receives a node token (`system:node:<name>`,
+   group `system:nodes`) that the server created for it. 401: the token is wrong, expired or
+   revoked; 409: another identity owns the node name.
+3. It writes `D/node-kubeconfig.yaml` (server, CA, node token; mode 0600) and runs as the node.
+   Later starts use that file and skip 1-2 (the join token may have expired by then), unless
+   it was written for another node name.
+
+A bare `<id>.<secret>` is accepted too, but then the CA must come from `--ca-file` (the agent
+never trusts a server it cannot verify). A pinned token whose credential is not a join token
+(e.g. `K10<pin>::<node token>`) is used as is, after the pin check.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+import yaml
+
+from ..api.auth.jointoken import BOOTSTRAP_RE, PinMismatch, check_pin, parse_token
+from ..api.auth.kubeconfig import write_kubeconfig
+from ..api.auth.tokens import NODE_PREFIX
+from ..client.config import ClientConfig, load_kubeconfig
+
+log = logging.getLogger(__name__)
+
+CREDENTIALS_FILE = "node-kubeconfig.yaml"
+CA_PATH = "/orchestrator/v1/ca"
+JOIN_PATH = "/orchestrator/v1/join"
+TIMEOUT = 15.0
+
+
+class JoinError(Exception):
+    """Joining failed; the message says why and what to do."""
+
+
+def is_join_token(text: str) -> bool:
+    """A CA-pinned token (`K10...::...`) or a bare bootstrap token `<id>.<secret>`."""
+    try:
+        token = parse_token(text)
+    except ValueError:
+        return text.startswith("K10")  # malformed K10: let `join_config` say what is wrong
+    return token.pin is not None or BOOTSTRAP_RE.match(token.credentials) is not None
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        doc: Any = response.json()
+        return str(doc.get("message") or response.text)
+    except ValueError:
+        return response.text.strip() or response.reason_phrase
+
+
+async def fetch_ca(server: str) -> bytes:
+    """The CA certificate (PEM) the server publishes — NOT verified: check it against a pin."""
+    try:
+        async with httpx.AsyncClient(verify=False, timeout=TIMEOUT) as client:
+            response = await client.get(server + CA_PATH)
+    except httpx.TransportError as exc:
+        raise JoinError(f"cannot reach {server} to fetch its CA: {exc}") from exc
+    if response.status_code != 200:
+        raise JoinError(f"{server} did not serve its CA ({response.status_code})")
+    return response.content
+
+
+async def request_node_token(
+    server: str, ca_pem: bytes | None, credentials: str, node_name: str
+) -> str:
+    """Trade a join token for a node token (`POST /orchestrator/v1/join`)."""
+    verify: ssl.SSLContext | bool = True
+    if ca_pem is not None:
+        verify = ssl.create_default_context(cadata=ca_pem.decode("ascii", "replace"))
+    try:
+        async with httpx.AsyncClient(verify=verify, timeout=TIMEOUT) as client:
+            response = await client.post(
+                server + JOIN_PATH,
+                json={"nodeName": node_name},
+                headers={"Authorization": f"Bearer {credentials}"},
+            )
+    except httpx.TransportError as exc:
+        raise JoinError(f"cannot join through {server}: {exc}") from exc
+    if response.status_code == 401:
+        raise JoinError(
+            f"{server} refused the join token: it is wrong, expired or revoked "
+            f"(create a new one with `orchestrator token create`): {_message(response)}"
+        )
+    if response.status_code != 201:
+        raise JoinError(f"join refused ({response.status_code}): {_message(response)}")
+    token = response.json().get("token")
+    if not isinstance(token, str) or not token:
+        raise JoinError("the server's join answer carries no node token")
+    return token
+
+
+def stored_config(data_dir: Path, node_name: str, server: str | None) -> ClientConfig | None:
+    """The node credentials saved by an earlier join as `node_name`, if any."""
+    path = data_dir / CREDENTIALS_FILE
+    if not path.exists():
+        return None
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+        users = [u.get("name") for u in doc.get("users") or []]
+    except (OSError, yaml.YAMLError, AttributeError) as exc:
+        log.warning("ignoring %s: %s", path, exc)
+        return None
+    if users != [NODE_PREFIX + node_name]:
+        log.warning(
+            "%s holds credentials of %s, not of node %s: joining again", path, users, node_name
+        )
+        return None
+    cfg = load_kubeconfig(path)
+    if server:
+        return ClientConfig(server=server, ca_pem=cfg.ca_pem, token=cfg.token)
+    return cfg
+
+
+async def join_config(
+    server: str,
+    token_text: str,
+    data_dir: Path,
+    node_name: str,
+    ca_pem: bytes | None = None,
+) -> ClientConfig:
+    """How this agent reaches and authenticates to the server (module doc); `ca_pem`: the
+    CA from `--ca-file`, needed only for a token that pins none."""
+    server = server.rstrip("/")
+    saved = stored_config(data_dir, node_name, server)
+    if saved is not None:
+        log.info("using the node credentials in %s", data_dir / CREDENTIALS_FILE)
+        return saved
+    try:
+        token = parse_token(token_text)
+    except ValueError as exc:
+        raise JoinError(str(exc)) from None
+    if token.pin is not None:
+        ca: bytes | None = await fetch_ca(server)
+        try:
+            check_pin(ca or b"", token.pin)
+        except PinMismatch as exc:
+            raise JoinError(str(exc)) from None
+    elif ca_pem is not None:
+        ca = ca_pem
+    elif server.startswith("https:"):
+        raise JoinError(
+            "this token does not pin the cluster CA: use the K10... form from "
+            "`orchestrator token create`, or give the CA with --ca-file"
+        )
+    else:
+        ca = None
+    if BOOTSTRAP_RE.match(token.credentials) is None:
+        return ClientConfig(server=server, ca_pem=ca, token=token.credentials)
+    node_token = await request_node_token(server, ca, token.credentials, node_name)
+    await trio.to_thread.run_sync(
+        partial(
+            write_kubeconfig,
+            data_dir / CREDENTIALS_FILE,
+            server,
+            ca,
+            NODE_PREFIX + node_name,
+            token=node_token,
+        )
+    )
+    log.info("joined as node %s; credentials in %s", node_name, data_dir / CREDENTIALS_FILE)
+    return ClientConfig(server=server, ca_pem=ca, token=node_token)
