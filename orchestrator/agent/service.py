@@ -3,7 +3,7 @@
 Standalone::
 
     orchestrator agent --server https://10.0.0.1:6443 --token TOKEN --data-dir /var/lib/agent \\
-        [--ca-file ca.crt | --kubeconfig node.yaml] [--runtime containerd|simulated] \\
+        [--ca-file ca.crt | --kubeconfig node.yaml] [--runtime auto|containerd|simulated] \\
         [--containerd-socket PATH] [--node-name NAME] [--node-ip IP] [--labels k=v,...]
 
 The agent runs as a node (user `system:node:<name>`, group `system:nodes`), so NodeRestriction
@@ -19,6 +19,12 @@ Embedded (`orchestrator server`, default on; `--no-agent` disables): the agent r
 server's nursery with `InProcessClient(api, system:node:<name>)` — no HTTP, still authorized and
 admitted as a node — data in `DATA_DIR/agent`, and serves container logs on its own port with
 the API server's certificate.
+
+Runtime (`--runtime`, both commands): `auto` (default) uses containerd when its socket
+(`--containerd-socket`, default `/run/containerd/containerd.sock`) exists and answers `Version`
+within `PROBE_TIMEOUT`; otherwise the in-memory simulated runtime, with a WARNING (pods "run"
+but no process starts) and the Node labelled `orchestrator.dev/runtime=simulated` (as with
+`--runtime simulated`), so nobody mistakes such a node for a real one.
 
 Under systemd (`orchestrator install-service agent`): READY=1 once the agent runs and the
 container runtime answers (never gated on the server), STATUS= with the connection state,
@@ -55,7 +61,17 @@ if TYPE_CHECKING:
     from ..api.apiserver import ApiServer
     from ..client.config import ClientConfig
 
-__all__ = ["AgentConfig", "add_parser", "client_config", "main", "make_runtime", "run_embedded"]
+__all__ = [
+    "RUNTIME_LABEL",
+    "AgentConfig",
+    "add_parser",
+    "choose_runtime",
+    "client_config",
+    "detect_runtime",
+    "main",
+    "make_runtime",
+    "run_embedded",
+]
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +80,18 @@ log = logging.getLogger(__name__)
 class AgentConfig:
     """The embedded agent of a server."""
 
-    runtime: str = "containerd"  # "containerd" or "simulated"
+    runtime: str = "auto"  # "auto", "containerd" or "simulated"
     containerd_socket: str | None = None
     node_name: str = ""  # default: the hostname
     labels: dict[str, str] = field(default_factory=dict)
     node_ip: str = ""
     log_port: int = 10250  # 0: any free port
     worker: WorkerOptions = field(default_factory=WorkerOptions)  # tests shorten back-offs
+
+
+RUNTIMES = ("auto", "containerd", "simulated")
+RUNTIME_LABEL = "orchestrator.dev/runtime"  # = "simulated" on nodes whose pods run nowhere
+PROBE_TIMEOUT = 2.0  # seconds containerd has to answer `Version` for `--runtime auto`
 
 
 def make_runtime(kind: str, containerd_socket: str | None = None) -> RuntimeService:
@@ -83,6 +104,47 @@ def make_runtime(kind: str, containerd_socket: str | None = None) -> RuntimeServ
 
         return CriRuntime(containerd_socket or DEFAULT_SOCKET)
     raise ValueError(f"unknown runtime {kind!r} (containerd or simulated)")
+
+
+async def detect_runtime(containerd_socket: str | None = None) -> tuple[str, str]:
+    """For `--runtime auto`: ("containerd", "") if containerd's socket exists and answers
+    `Version` within `PROBE_TIMEOUT`, else ("simulated", why not containerd). The gRPC stack
+    is imported only when the socket exists."""
+    path = containerd_socket or "/run/containerd/containerd.sock"
+    if not await trio.Path(path).exists():
+        return "simulated", f"no containerd socket at {path}"
+    from ..cri.containerd import CriRuntime
+    from ..cri.runtime import CriError
+
+    probe = CriRuntime(path, call_timeout=PROBE_TIMEOUT, retries=0)
+    try:
+        with trio.fail_after(PROBE_TIMEOUT + 1.0):
+            await probe.version()
+        return "containerd", ""
+    except (CriError, OSError, trio.TooSlowError) as exc:
+        return "simulated", f"containerd at {path} does not answer: {exc or type(exc).__name__}"
+    finally:
+        await probe.aclose()
+
+
+async def choose_runtime(
+    kind: str, containerd_socket: str | None, labels: dict[str, str]
+) -> tuple[str, RuntimeService]:
+    """The runtime to run on (resolving `auto`, see the module doc) and the Node labels to
+    register with (`labels` plus the simulated marker where it applies)."""
+    if kind == "auto":
+        kind, why = await detect_runtime(containerd_socket)
+        if kind == "simulated":
+            log.warning(
+                "WARNING: %s; using the SIMULATED container runtime: pods will be reported "
+                "Running but NO container process starts (node labelled %s=simulated; start "
+                "containerd or pass --containerd-socket for real containers)",
+                why,
+                RUNTIME_LABEL,
+            )
+    if kind == "simulated":
+        labels[RUNTIME_LABEL] = "simulated"
+    return kind, make_runtime(kind, containerd_socket)
 
 
 def parse_labels(text: str) -> dict[str, str]:
@@ -112,9 +174,10 @@ async def run_embedded(
     from .logs import EndpointTLS, LogEndpoint
 
     name = config.node_name or default_node_name()
-    runtime = make_runtime(config.runtime, config.containerd_socket)
+    labels = dict(config.labels)
+    kind, runtime = await choose_runtime(config.runtime, config.containerd_socket, labels)
     options = AgentOptions(
-        name, data_dir, labels=dict(config.labels), node_ip=config.node_ip, worker=config.worker
+        name, data_dir, labels=labels, node_ip=config.node_ip, worker=config.worker
     )
     agent = Agent(node_client(api.api, name), runtime, options)
     try:
@@ -132,7 +195,7 @@ async def run_embedded(
                     log.warning("agent %s: log endpoint not served: %s", name, group.exceptions[0])
             agent.reporter.opts.kubelet_port = options.kubelet_port
             await nursery.start(agent.run)
-            log.info("node agent %s running (runtime %s)", name, config.runtime)
+            log.info("node agent %s running (runtime %s)", name, kind)
             task_status.started()
     finally:
         with trio.CancelScope(shield=True):
@@ -155,7 +218,12 @@ def add_parser(sub: Any) -> None:
     a.add_argument(
         "--kubeconfig", type=Path, help="a kubeconfig with the server, CA and token instead"
     )
-    a.add_argument("--runtime", choices=["containerd", "simulated"], default="containerd")
+    a.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default="auto",
+        help="auto (default): containerd if its socket answers, else simulated with a warning",
+    )
     a.add_argument("--containerd-socket", help="containerd's socket (default: the system one)")
     a.add_argument("--node-name", help="the Node's name (default: the hostname)")
     a.add_argument("--node-ip", help="the Node's InternalIP (default: the outbound address)")
@@ -193,11 +261,12 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     from ..controllers.runtime.client import HttpClient
 
     name = args.node_name or default_node_name()
-    runtime = make_runtime(args.runtime, args.containerd_socket)
+    labels = dict(args.labels)
+    _kind, runtime = await choose_runtime(args.runtime, args.containerd_socket, labels)
     options = AgentOptions(
         name,
         args.data_dir,
-        labels=args.labels,
+        labels=labels,
         node_ip=args.node_ip or "",
         kubelet_port=args.log_port,
     )
