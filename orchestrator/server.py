@@ -229,7 +229,7 @@ def reload_config() -> None:
     if changes:
         log.warning("reloaded: %s", "; ".join(changes))
     else:
-        log.info("reload: nothing changed (ORCHESTRATOR_LOG_LEVEL in the environment file)")
+        log.info("reload: nothing changed (the log level is the only reloadable setting)")
     log.debug("debug logging is on")
 
 

@@ -32,6 +32,7 @@ import os
 import re
 import shlex
 import socket
+import sys
 import time
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ __all__ = [
     "LOG_LEVEL_VAR",
     "Notifier",
     "UnitSpec",
+    "config_file_path",
     "exec_quote",
     "parse_env_file",
     "read_env_file",
@@ -77,7 +79,7 @@ class UnitSpec:
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
-_SAFE_ARG = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+_SAFE_ARG = re.compile(r"[A-Za-z0-9_@%$+=:,./-]+")
 
 
 def exec_quote(arg: str) -> str:
@@ -297,6 +299,12 @@ class Notifier:
             self._sock.close()
             self._sock = None
 
+    def __enter__(self) -> Notifier:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
@@ -330,24 +338,59 @@ LOG_LEVEL_VAR = "ORCHESTRATOR_LOG_LEVEL"
 _LEVELS = ("debug", "info", "warning", "error")
 
 
-def reload_log_level(environ: Mapping[str, str] | None = None) -> list[str]:
-    """SIGHUP's reload of the environment file named by `ORCHESTRATOR_ENV_FILE` (in `environ`,
-    default `os.environ`): applies `ORCHESTRATOR_LOG_LEVEL` to the root logger. Returns what
-    changed, for the log (empty: nothing to reload or nothing changed)."""
+def config_file_path(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The YAML configuration file this process was started with: `--config FILE` on its
+    command line (`orchestrator.config`), else `ORCHESTRATOR_CONFIG`."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    found: str | None = None
+    for i, word in enumerate(words):
+        if word == "--config" and i + 1 < len(words):
+            found = words[i + 1]
+        elif word.startswith("--config="):
+            found = word.partition("=")[2]
     env = os.environ if environ is None else environ
-    path = env.get(ENV_FILE_VAR)
-    if not path:
-        return []
-    values = read_env_file(path)
-    text = values.get(LOG_LEVEL_VAR, "").strip().lower()
+    return found or env.get("ORCHESTRATOR_CONFIG") or None
+
+
+def _config_log_level(path: str) -> str:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        log.warning("reload: cannot read the configuration file %s: %s", path, exc)
+        return ""
+    value = doc.get("log-level") if isinstance(doc, dict) else None
+    return str(value) if value is not None else ""
+
+
+def reload_log_level(
+    environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None
+) -> list[str]:
+    """SIGHUP's reload: the log level from the environment file named by
+    `ORCHESTRATOR_ENV_FILE` (`ORCHESTRATOR_LOG_LEVEL`), else from the configuration file
+    (`log-level`; see `config_file_path`) — the environment wins over the file, as at start —
+    applied to the root logger. Returns what changed, for the log (empty: nothing to reload or
+    nothing changed)."""
+    env = os.environ if environ is None else environ
+    text, source = "", ""
+    env_file = env.get(ENV_FILE_VAR)
+    if env_file:
+        text, source = read_env_file(env_file).get(LOG_LEVEL_VAR, ""), env_file
+    config = config_file_path(argv, env)
+    if not text.strip() and config:
+        text, source = _config_log_level(config), config
+    text = text.strip().lower()
     if not text:
         return []
     if text not in _LEVELS:
-        log.warning("%s: %s=%r is not one of %s; kept", path, LOG_LEVEL_VAR, text, _LEVELS)
+        log.warning("reload: %s: log level %r is not one of %s; kept", source, text, _LEVELS)
         return []
     root = logging.getLogger()
     old = logging.getLevelName(root.level).lower()
     if old == text:
         return []
     root.setLevel(text.upper())
-    return [f"log level {old} -> {text}"]
+    return [f"log level {old} -> {text} (from {source})"]
