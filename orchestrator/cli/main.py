@@ -259,7 +259,7 @@ def _server(args: argparse.Namespace) -> int:
         raise SystemExit(  # noqa: B904  (a usage error: the ValueError adds nothing)
             f"error: --auto-compaction {args.auto_compaction!r} is not like 5m or 10000"
         )
-    from ..agent.service import AgentConfig
+    from ..agent.service import AgentConfig, default_node_name
     from ..api.apiserver import ApiOptions, split_host_port
     from ..controllers.runtime.manager import ControllerOptions
 
@@ -296,6 +296,8 @@ def _server(args: argparse.Namespace) -> int:
             tls=not args.plain_http,
             extra_sans=args.tls_san,
             cluster_token=token,
+            # The embedded agent's logs are read on 127.0.0.1, whatever address its Node shows.
+            node_name="" if args.no_agent else (args.node_name or default_node_name()),
         ),
     )
     print(f"node {node_id}; join token: {token}", file=sys.stderr, flush=True)
