@@ -207,6 +207,8 @@ class Cluster:
             "orchestrator",
             "--log-level",
             self.log_level,
+            "--log-format",  # people read these logs (the tail is shown when a test fails)
+            "text",
             "server",
             "--data-dir",
             str(s.data_dir),

@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import trio
 
@@ -47,6 +47,7 @@ from ..client.resource import PODS, ResourceInfo
 from ..controllers.runtime.client import CONFIGMAPS, Client
 from ..controllers.runtime.events import EventRecorder
 from ..cri.runtime import CriError, RuntimeService
+from ..observability import TimedRuntime
 from .localstore import LocalStore
 from .node import HostFacts, NodeReporter, NodeReporterOptions, host_facts
 from .podworker import (
@@ -149,7 +150,8 @@ class Agent:
         probes: bool = True,
     ) -> None:
         self.client = client
-        self.runtime = runtime
+        # Every runtime call is timed (agent_cri_call_duration_seconds{method}).
+        self.runtime = cast(RuntimeService, TimedRuntime(runtime))
         self.opts = options
         self.name = options.node_name
         self.facts = facts or host_facts(node_ip=options.node_ip, hostname=options.node_name)
@@ -160,7 +162,7 @@ class Agent:
         self.reporter = NodeReporter(
             client,
             self.name,
-            runtime,
+            self.runtime,
             self.facts,
             NodeReporterOptions(
                 labels=dict(options.labels),

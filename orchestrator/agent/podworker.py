@@ -89,6 +89,7 @@ from ..cri.runtime import (
     RuntimeService,
     SandboxState,
 )
+from ..observability import POD_START_DURATION
 from ..scheduler.quantity import parse_cpu_milli, parse_value
 from .localstore import LocalStore
 
@@ -703,6 +704,7 @@ class PodWorker:
         self._reported: Obj | None = None
         self.last_status: Obj | None = None  # the last status computed (written or not)
         self._reported_phase = str((pod.get("status") or {}).get("phase") or "")
+        self._seen = time.monotonic()  # agent_pod_start_duration_seconds starts here
         self._stopped = False
         self._start_time = str((pod.get("status") or {}).get("startTime") or "")
         self._probes: dict[str, tuple[trio.CancelScope, Any]] = {}  # cid -> scope, probes
@@ -1332,6 +1334,8 @@ class PodWorker:
                     status_patch[k] = None
         m = _meta(self.pod)
         if phase != self._reported_phase:
+            if phase == "Running" and self._reported_phase in ("", "Pending"):
+                POD_START_DURATION.observe(time.monotonic() - self._seen)
             # keep the local copy's phase current: a finished pod must not run again after an
             # offline reboot
             self._reported_phase = phase

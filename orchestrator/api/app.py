@@ -13,6 +13,10 @@ Invariants: every response is JSON with a Content-Type; every failure is a metav
 with a 500 Status so the process keeps serving. A watch streams one compact JSON object per
 line, flushed per event, and stops when the client goes away, the timeout passes or the store
 ends the watch.
+
+Every request is counted in `apiserver_request_total{verb,resource,code}` and timed in
+`apiserver_request_duration_seconds{verb,resource}` (streams until their response starts);
+open HTTP watches are `apiserver_registered_watchers{resource}` (see `observability`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import logging
 import math
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
@@ -29,6 +34,7 @@ import trio
 import yaml
 
 from ..controllers.runtime.metrics import REGISTRY, Registry
+from ..observability import API_WATCHERS, ApiRequestMetrics, api_verb
 from . import discovery, errors, protobuf, tables
 from .auth.authn import User
 from .errors import ApiError
@@ -43,6 +49,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
 ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz", "/version")
+_METRIC_LABELS = "orchestrator.metric_labels"  # scope key: (verb, resource) of a resource request
 # The apiserver ends watches after a random 30-60 min (min-request-timeout 1800 s) so load
 # spreads after restarts; clients re-watch from their last resourceVersion.
 WATCH_TIMEOUT = 1800.0
@@ -180,6 +187,7 @@ class ApiApp:
         self.rng = rng or random.Random()
         self._openapi_cache: dict[str, tuple[int, Any]] = {}
         self._swagger = SwaggerCache()
+        self._metrics = ApiRequestMetrics()
 
     # ------------------------------------------------------------------ ASGI
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -188,6 +196,7 @@ class ApiApp:
             return
         if scope["type"] != "http":
             return
+        start = time.perf_counter()
         try:
             response = await self._handle(scope, receive)
         except ApiError as exc:
@@ -195,7 +204,16 @@ class ApiApp:
         except Exception as exc:  # the process must keep serving; say what broke
             log.exception("unexpected error serving %s %s", scope.get("method"), scope.get("path"))
             response = Response(500, errors.internal(f"internal error: {exc!r}").status())
+        if response.stream is not None:
+            self._observe(scope, response.status, start)
         await self._send(response, scope, receive, send)
+        if response.stream is None:
+            self._observe(scope, response.status, start)
+
+    def _observe(self, scope: Scope, code: int, start: float) -> None:
+        labels = scope.get(_METRIC_LABELS)
+        verb, resource = labels if labels is not None else (scope.get("method", "GET"), "")
+        self._metrics.observe(verb, resource, code, time.perf_counter() - start)
 
     async def _send(self, response: Response, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [(b"content-type", response.content_type.encode())]
@@ -275,6 +293,10 @@ class ApiApp:
         info = parse_path(method, path, query)
         if info is None:
             raise errors.route_not_found()
+        scope[_METRIC_LABELS] = (
+            api_verb(info.verb, hdr.get("content-type", "")),
+            f"{info.resource}/{info.subresource}" if info.subresource else info.resource,
+        )
         body = await _read_body(receive, hdr)
         call = Call(user, WriteOptions.parse(query, hdr.get("user-agent", "")))
         response = await self._resource(call, info, query, hdr, body)
@@ -419,6 +441,8 @@ class ApiApp:
     ) -> AsyncIterator[bytes]:
         include = tables.include_object(query.get("includeObject"))
         first = True
+        watchers = API_WATCHERS.labels(kind.plural)
+        watchers.inc()
         try:
             async for ev in events:
                 if as_table and ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
@@ -436,6 +460,7 @@ class ApiApp:
                     first = False
                 yield dumps(ev) + b"\n"
         finally:
+            watchers.dec()
             aclose = getattr(events, "aclose", None)
             if aclose is not None:
                 with trio.CancelScope(shield=True):

@@ -35,6 +35,8 @@ import logging
 import os
 import random
 import struct
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,7 @@ from typing import Any
 import msgpack
 import trio
 
+from .. import observability as metrics
 from ..dbthread import DbThread
 from .core import RaftConfig, RaftCore, bootstrap
 from .statemachine import StateMachine
@@ -257,6 +260,9 @@ class RaftNode:
         self._sm_applied = 0
         self._db_bytes = 0
         self.leader_changes = 0
+        # (last index, proposals, perf_counter at append) of the leader's proposal batches not
+        # yet applied, oldest first: raft_commit_duration_seconds.
+        self._commit_clock: deque[tuple[int, int, float]] = deque()
         self._role_changed = trio.Event()  # set (and replaced) when role, leader or term change
 
     # ------------------------------------------------------------------ public API
@@ -340,6 +346,7 @@ class RaftNode:
         self.sm = await self._sm_db.run(self._sm_factory, cfg.data_dir)
         try:
             await self._open()
+            metrics.bind_raft_node(self)
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.transport.run)
                 nursery.start_soon(self._forward_inbound)
@@ -458,6 +465,7 @@ class RaftNode:
                     arg, term = arg
                     if core.role is not Role.LEADER or core.term != term:
                         w.fail(Deposed(f"not the leader of term {term} (term {core.term})"))
+                        metrics.RAFT_PROPOSALS_FAILED.inc()
                         continue
                     kind = "propose"  # appended below, in this same turn: its entry has `term`
                 if kind == "propose":
@@ -477,6 +485,8 @@ class RaftNode:
                     w.set(None)
             except ProposalDropped as exc:
                 w.fail(self._refusal(exc))
+                if kind == "conf":
+                    metrics.RAFT_PROPOSALS_FAILED.inc()
         if not batch:
             return
         try:
@@ -484,12 +494,14 @@ class RaftNode:
                 first, term = core.propose(batch)
                 for i, rid in enumerate(rids):
                     self._by_index[first + i] = (term, rid)
+                self._commit_clock.append((first + len(batch) - 1, len(batch), time.perf_counter()))
             else:
                 core.forward(batch)  # the leader appends them; we recognise them when applied
         except ProposalDropped as exc:
             err = self._refusal(exc)
             for rid in rids:
                 self._waiters.pop(rid).fail(err)
+            metrics.RAFT_PROPOSALS_FAILED.inc(len(rids))
 
     def _maybe_promote(self) -> None:
         """As leader, promote one caught-up learner that joined asking for it (one membership
@@ -541,10 +553,12 @@ class RaftNode:
                 results = await self._raft_db.run_with(
                     self._sm_db, self._save_and_apply, rd.hard_state, rd.entries, sm_entries
                 )
+                self._observe_save()
                 await self._applied(rd.committed, mine, results)
                 applied = True
             else:
                 await self._raft_db.run(self.storage.save, rd.hard_state, rd.entries, snap)
+                self._observe_save()
         # 2. send.
         if not early:
             snaps_sent = await self._send(rd.messages)
@@ -599,6 +613,8 @@ class RaftNode:
         await self._set_peers(peers)
         # Whatever we proposed may be inside the snapshot or not: we cannot tell any more.
         err = OutcomeUnknown("this server caught up by snapshot; outcome unknown")
+        metrics.RAFT_PROPOSALS_FAILED.inc(len(self._waiters) + len(self._conf_waiters))
+        self._commit_clock.clear()
         for w in self._waiters.values():
             w.fail(err)
         for _, w in self._conf_waiters.values():
@@ -617,6 +633,11 @@ class RaftNode:
         except Exception:
             # An observer's bug must not stop consensus on this server.
             log.exception("node %d: error in an apply observer", self.id)
+
+    def _observe_save(self) -> None:
+        seconds = self.storage.last_save_seconds
+        if seconds is not None:
+            metrics.RAFT_WAL_FSYNC_DURATION.observe(seconds)
 
     def _save_and_apply(
         self, hard_state: HardState | None, entries: list[Entry], sm_entries: list[Entry]
@@ -649,7 +670,13 @@ class RaftNode:
         self, entries: list[Entry], mine: list[tuple[int, int] | None], results: list[Any]
     ) -> None:
         """After the state machine applied `entries`: notify, resolve the waiters."""
-        self._sm_applied = entries[-1].index
+        self._sm_applied = last = entries[-1].index
+        clock = self._commit_clock
+        if clock and clock[0][0] <= last:
+            now = time.perf_counter()
+            while clock and clock[0][0] <= last:
+                _, n, started = clock.popleft()
+                metrics.RAFT_COMMIT_DURATION.observe_many(now - started, n)
         self._notify(self.on_apply)
         peers_changed = False
         peers = dict(self.peers)
@@ -681,6 +708,7 @@ class RaftNode:
                 w = self._waiters.pop(expected[1], None)
                 if w is not None:
                     w.fail(ProposalLost(f"entry {e.index} was overwritten by term {e.term}"))
+                    metrics.RAFT_PROPOSALS_FAILED.inc()
         if peers_changed:
             await self._set_peers(peers)
 
@@ -690,6 +718,7 @@ class RaftNode:
             w.set(result)
         else:
             w.fail(ProposalLost(f"entry {e.index} was overwritten by term {e.term}"))
+            metrics.RAFT_PROPOSALS_FAILED.inc()
 
     async def _set_peers(self, peers: dict[NodeId, str]) -> None:
         old = self.peers
@@ -729,6 +758,7 @@ class RaftNode:
         prev = self.core.prev_ss
         if ss.leader != prev.leader:
             self.leader_changes += 1
+            metrics.RAFT_LEADER_CHANGES.inc()
             log.info(
                 "node %d: leader is now %s (term %d)", self.id, ss.leader or "unknown", ss.term
             )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -105,6 +106,9 @@ class RaftStorage:
             self._conn: sqlite3.Connection | None = open_wal(self._path, synchronous="FULL")
         except sqlite3.OperationalError as exc:
             raise StorageError(str(exc)) from exc
+        # Seconds the last `save` took (its transaction, fsync included), None if it wrote
+        # nothing: the driver observes it as raft_wal_fsync_duration_seconds.
+        self.last_save_seconds: float | None = None
         try:
             self._init_db()
         except BaseException:
@@ -243,9 +247,11 @@ class RaftStorage:
         writing nothing, if the entries would leave a gap, reach back into the snapshot, or the
         snapshot is older than the stored one.
         """
+        self.last_save_seconds = None
         if hard_state is None and not entries and snapshot is None:
             return
         _check_contiguous(entries)
+        start = time.perf_counter()
         with self._transaction() as conn:
             stored_snap = self._stored_snapshot_index(conn)
             if snapshot is not None:
@@ -277,6 +283,7 @@ class RaftStorage:
                 conn.execute(
                     _SQL_UPSERT_HARD_STATE, (hard_state.term, hard_state.vote, hard_state.commit)
                 )
+        self.last_save_seconds = time.perf_counter() - start
 
     def compact(self, snapshot: Snapshot, upto: int) -> None:
         """Store a locally made snapshot and drop log entries up to `upto`, in one transaction.

@@ -381,6 +381,7 @@ class MVCCStore:
         self._ring_bytes = 0  # Σ _event_bytes over the ring
         self._ring_floor = 2
         self._compacted = False  # a compaction ran in the current apply batch
+        self.compactions = 0  # compactions applied since this object was made (for metrics)
         # NORMAL, not FULL: the Raft log is the durable record (fsynced before anything is
         # acknowledged), so this database need not fsync each commit. WAL+NORMAL stays
         # consistent: a power cut can only lose the last commits, moving the applied index
@@ -782,6 +783,7 @@ class MVCCStore:
         self._logical -= freed
         self._compact = target
         self._compacted = True
+        self.compactions += 1
         return WriteResult(self._rev)
 
     # ------------------------------------------------------------------ reads
@@ -935,6 +937,11 @@ class MVCCStore:
         """The events of the writes applied since the last call, in order; clears them."""
         events, self._pending = self._pending, []
         return events
+
+    @property
+    def path(self) -> str:
+        """The database file (its WAL is this path + "-wal")."""
+        return self._path
 
     def revision(self) -> int:
         return self._rev

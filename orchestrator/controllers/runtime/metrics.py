@@ -171,15 +171,25 @@ class _Family(Generic[_Child]):
 
 
 class CounterChild:
-    """One labelled counter: a value that only goes up."""
+    """One labelled counter: a value that only goes up (or, with `set_function`, a count kept
+    elsewhere and read at render time, e.g. CPU seconds from /proc)."""
 
     def __init__(self) -> None:
-        self.value = 0.0
+        self._value = 0.0
+        self._function: Callable[[], float] | None = None
+
+    @property
+    def value(self) -> float:
+        return self._function() if self._function is not None else self._value
 
     def inc(self, amount: float = 1.0) -> None:
         if not amount >= 0:
             raise ValueError(f"a counter only goes up: inc({amount!r})")
-        self.value += amount
+        self._value += amount
+
+    def set_function(self, function: Callable[[], float]) -> None:
+        """Read the value by calling `function` at render time (it must never go down)."""
+        self._function = function
 
 
 class Counter(_Family[CounterChild]):
@@ -192,6 +202,9 @@ class Counter(_Family[CounterChild]):
 
     def inc(self, amount: float = 1.0) -> None:
         self._only_child().inc(amount)
+
+    def set_function(self, function: Callable[[], float]) -> None:
+        self._only_child().set_function(function)
 
     def _samples(self) -> Iterator[str]:
         for labels, child in self._sorted_children():
@@ -263,6 +276,12 @@ class HistogramChild:
         self.bucket_counts[bisect.bisect_left(self.upper_bounds, value)] += 1
         self.sum += value
         self.count += 1
+
+    def observe_many(self, value: float, n: int) -> None:
+        """`n` observations of the same value (e.g. every proposal of one batch)."""
+        self.bucket_counts[bisect.bisect_left(self.upper_bounds, value)] += n
+        self.sum += value * n
+        self.count += n
 
     def cumulative(self) -> list[tuple[float, int]]:
         """(upper bound, observations <= bound) for every bucket, ending with +Inf."""
