@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import random
 import sys
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
+
+from .. import config, logsetup
 
 DEFAULT_PEER = "127.0.0.1:7001"
 DEFAULT_CLIENT = "127.0.0.1:7101"
@@ -62,6 +63,13 @@ def _build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("ORCHESTRATOR_LOG_LEVEL", "info").lower(),
         choices=["debug", "info", "warning", "error"],
         help="(env ORCHESTRATOR_LOG_LEVEL; a service re-reads it from its env file on SIGHUP)",
+    )
+    p.add_argument(
+        "--log-format",
+        default="auto",
+        choices=list(logsetup.FORMATS),
+        help="json (one object per line), text, or auto: text on a terminal, json otherwise "
+        "(env ORCHESTRATOR_LOG_FORMAT for server and agent)",
     )
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -204,6 +212,8 @@ def _build_parser() -> argparse.ArgumentParser:
     from . import install_service  # orchestrator install-service
 
     install_service.add_parser(sub)
+    for command in config.COMMANDS:  # --config FILE, --print-config
+        config.add_config_options(sub.choices[command])
     return p
 
 
@@ -404,12 +414,9 @@ def _print_status(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # A configuration file and ORCHESTRATOR_<KEY> variables give `server`/`agent` defaults.
+    args = config.parse_args(_build_parser(), argv)
+    logsetup.setup(args.log_level, args.log_format)
     try:
         if args.command == "server":
             return _server(args)
