@@ -228,6 +228,14 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--node-name", help="the Node's name (default: the hostname)")
     a.add_argument("--node-ip", help="the Node's InternalIP (default: the outbound address)")
     a.add_argument("--labels", type=parse_labels, default={}, help="node labels k=v,k2=v2")
+    a.add_argument(
+        "--lease-renew-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between the node's Lease renewals (default 10); keep it well under the "
+        "servers' --node-monitor-grace-period",
+    )
     a.add_argument("--log-port", type=int, default=10250, help=argparse.SUPPRESS)
 
 
@@ -269,6 +277,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
         labels=labels,
         node_ip=args.node_ip or "",
         kubelet_port=args.log_port,
+        renew_interval=args.lease_renew_interval,
     )
     notifier = Notifier.from_env()
     sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

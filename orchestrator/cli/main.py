@@ -131,9 +131,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--runtime",
-        choices=["containerd", "simulated"],
-        default="containerd",
-        help="container runtime of this server's node agent",
+        choices=["auto", "containerd", "simulated"],
+        default="auto",
+        help="container runtime of this server's node agent; auto (default): containerd if "
+        "its socket answers, else simulated with a warning",
     )
     s.add_argument("--node-name", help="name of this server's Node (default: the hostname)")
     s.add_argument("--no-agent", action="store_true", help="run no node agent on this server")
@@ -311,6 +312,14 @@ def _server(args: argparse.Namespace) -> int:
         ),
     )
     print(f"node {node_id}; join token: {token}", file=sys.stderr, flush=True)
+    if serve_api:
+        kubeconfig = (args.data_dir / "kubeconfig.yaml").resolve()
+        print(
+            f"kubeconfig: {kubeconfig} (admin; written once the API listens on {args.listen}): "
+            f"export KUBECONFIG={kubeconfig}",
+            file=sys.stderr,
+            flush=True,
+        )
     failure: BaseException | None = None
     try:
         trio.run(serve_until_signalled, opts)
