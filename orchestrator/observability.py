@@ -194,7 +194,7 @@ RAFT_LEADER_CHANGES = REGISTRY.counter(
 RAFT_PROPOSALS_FAILED = REGISTRY.counter(
     "raft_proposals_failed_total",
     "Proposals that failed: refused (no leader, busy, fenced), overwritten by another "
-    "leader, or of unknown outcome after a snapshot.",
+    "leader, timed out waiting for a quorum, or of unknown outcome after a snapshot.",
 ).labels()
 _RAFT_IS_LEADER = REGISTRY.gauge("raft_is_leader", "1 if this server is the Raft leader, else 0.")
 _RAFT_TERM = REGISTRY.gauge("raft_term", "The current Raft term of this server.")

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from ..observability import RAFT_PROPOSALS_FAILED
 from ..raft.node import (
     Busy,
     CallbackWaiter,
@@ -237,6 +238,7 @@ class RaftStore:
                 w = heapq.heappop(heap)[2]
                 if w is not None:
                     w.fail(_Expired())
+                    RAFT_PROPOSALS_FAILED.inc()  # no quorum in time: outcome unknown
 
     async def _write(self, what: str, command: bytes) -> Any:
         """`_with_quorum(what, lambda: node.propose(command))`, with the same retries and the
