@@ -565,6 +565,9 @@ def _base_entries(old: Obj | None, new: Obj) -> list[_Entry] | None:
     if isinstance(sent, list) and sent == [{}]:
         return None
     if isinstance(sent, list) and sent:
+        old_meta = old.get("metadata") if isinstance(old, dict) else None
+        if isinstance(old_meta, dict) and sent == old_meta.get("managedFields"):
+            return _managed_of(old)  # the stored list, carried along by a patch: read as stored
         try:
             return decode_managed_fields(sent)
         except ApiError:
