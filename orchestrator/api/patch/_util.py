@@ -53,8 +53,13 @@ def short(value: Any, limit: int = 120) -> str:
 # --- schema navigation ---------------------------------------------------------------------
 
 
+def _is_mapping(value: Any) -> bool:
+    # Schemas are plain dicts almost always: skip the (slow) ABC check for them.
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _as_schema(value: Any) -> Schema:
-    return value if isinstance(value, Mapping) else None
+    return value if _is_mapping(value) else None
 
 
 def child_schema(schema: Schema, key: str) -> Schema:
@@ -62,7 +67,7 @@ def child_schema(schema: Schema, key: str) -> Schema:
     if schema is None:
         return None
     props = schema.get("properties")
-    if isinstance(props, Mapping) and key in props:
+    if _is_mapping(props) and key in props:
         return _as_schema(props[key])
     return _as_schema(schema.get("additionalProperties"))
 
@@ -72,7 +77,7 @@ def is_declared_field(schema: Schema, key: str) -> bool:
     if schema is None:
         return False
     props = schema.get("properties")
-    return isinstance(props, Mapping) and key in props
+    return _is_mapping(props) and key in props
 
 
 def item_schema(schema: Schema) -> Schema:
