@@ -59,7 +59,6 @@ created while paused; a ReplicaSet still holding replicas is never deleted by hi
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import time
@@ -68,6 +67,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.errors import ApiError
+from ..api.jsonvalue import copy_json
 from ..api.schema.columns import now_rfc3339, parse_rfc3339
 from ..api.selectors import LabelSelector, from_label_selector_object
 from .podutil import (
@@ -219,9 +219,10 @@ def revision(rs: Obj) -> int:
 
 
 def _without_hash(template: Any) -> Obj:
-    t = copy.deepcopy(template) if isinstance(template, dict) else {}
+    t = dict(template) if isinstance(template, dict) else {}  # only metadata changes
     tmeta = t.get("metadata")
     if isinstance(tmeta, dict):
+        tmeta = t["metadata"] = dict(tmeta)
         labels = dict(tmeta.get("labels") or {})
         labels.pop(POD_TEMPLATE_HASH_LABEL, None)
         if labels:
@@ -487,7 +488,7 @@ def calculate_status(
         "readyReplicas": _sum(all_rss, lambda r: int_value(status_of(r).get("readyReplicas"))),
         "availableReplicas": available,
         "unavailableReplicas": max(0, total - available),
-        "conditions": copy.deepcopy(conditions),
+        "conditions": copy_json(conditions),
     }
     if status_of(d).get("collisionCount") is not None:
         status["collisionCount"] = status_of(d)["collisionCount"]
@@ -681,7 +682,7 @@ class DeploymentReconciler:
         cached = self.deployments.get(key)
         if cached is None:
             return Result()
-        d = copy.deepcopy(cached)
+        d = copy_json(cached)
         try:
             selector = from_label_selector_object(spec_of(d).get("selector"))
         except ApiError as exc:
@@ -696,7 +697,7 @@ class DeploymentReconciler:
             )
             return Result()
         rss = await self._claim(d, selector)
-        sync = _Sync(d, copy.deepcopy(status_of(d).get("conditions") or []))
+        sync = _Sync(d, copy_json(status_of(d).get("conditions") or []))
         now = self.clock()
         if meta(d).get("deletionTimestamp"):
             new_rs, old_rss = find_new_and_old(d, rss)
@@ -820,7 +821,7 @@ class DeploymentReconciler:
             changed = True
         if not changed:
             return rs
-        body = copy.deepcopy(rs)
+        body = copy_json(rs)
         body["metadata"]["annotations"] = annotations
         body["spec"]["minReadySeconds"] = int_value(min_ready)
         updated: Obj = await self.client.update(REPLICASETS, body)
@@ -832,11 +833,11 @@ class DeploymentReconciler:
         d = sync.d
         ns = str(meta(d).get("namespace") or "")
         collision = status_of(d).get("collisionCount")
-        template = copy.deepcopy(spec_of(d).get("template") or {})
+        template = copy_json(spec_of(d).get("template") or {})
         h = pod_template_hash(template, int_value(collision) if collision is not None else None)
         tmeta = template.setdefault("metadata", {})
         tmeta["labels"] = {**(tmeta.get("labels") or {}), POD_TEMPLATE_HASH_LABEL: h}
-        selector = copy.deepcopy(spec_of(d).get("selector") or {})
+        selector = copy_json(spec_of(d).get("selector") or {})
         selector["matchLabels"] = {
             **(selector.get("matchLabels") or {}),
             POD_TEMPLATE_HASH_LABEL: h,
@@ -923,7 +924,7 @@ class DeploymentReconciler:
         size_changed = old_size != size
         if not size_changed and all(annotations.get(k) == v for k, v in want.items()):
             return False, rs
-        body = copy.deepcopy(rs)
+        body = copy_json(rs)
         body["spec"]["replicas"] = size
         body["metadata"]["annotations"] = {**annotations, **want}
         updated: Obj = await self.client.update(REPLICASETS, body)

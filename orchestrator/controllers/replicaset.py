@@ -38,7 +38,6 @@ count as replicas; one sync creates or deletes at most `burst` (500) pods.
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import time
@@ -49,6 +48,7 @@ from typing import Any
 import trio
 
 from ..api.errors import ApiError
+from ..api.jsonvalue import copy_json
 from ..api.schema.columns import now_rfc3339
 from ..api.selectors import LabelSelector, from_label_selector_object
 from .podutil import (
@@ -166,7 +166,7 @@ def pod_from_template(rs: Obj) -> Obj:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": pod_meta,
-        "spec": copy.deepcopy(template.get("spec") or {}),
+        "spec": copy_json(template.get("spec") or {}),
     }
 
 
