@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 

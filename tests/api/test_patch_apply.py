@@ -599,7 +599,6 @@ def test_update_diff_skipping_equal_subtrees_matches_the_whole_walk(
     of both whole objects finds."""
     from orchestrator.api.patch.apply import _changed, _diff_members, _members
 
-
     def twisted(value: Any) -> Any:  # == in Python, not in JSON: True -> 1 -> 1.0
         if isinstance(value, dict):
             return {k: twisted(v) for k, v in value.items()}

@@ -202,7 +202,9 @@ async def test_watch_selectors_and_read_only(env: Env, read_only: bool) -> None:
             rvs = [(await c.create(CONFIGMAPS, cm("s1", tier="back")))["metadata"]]
             rvs.append((await c.patch(CONFIGMAPS, "s1", {"metadata": {"labels": {"tier": "front"}}},
                                       "default"))["metadata"])  # fmt: skip
-            rvs.append((await c.patch(CONFIGMAPS, "s1", {"data": {"x": "1"}}, "default"))["metadata"])
+            rvs.append(
+                (await c.patch(CONFIGMAPS, "s1", {"data": {"x": "1"}}, "default"))["metadata"]
+            )
             rvs.append((await c.patch(CONFIGMAPS, "s1", {"metadata": {"labels": {"tier": "db"}}},
                                       "default"))["metadata"])  # fmt: skip
             await c.patch(CONFIGMAPS, "s1", {"metadata": {"labels": {"tier": "front"}}}, "default")
@@ -245,7 +247,8 @@ async def test_read_only_watchers_share_objects_and_others_get_their_own() -> No
                         got.append(obj)
                         break
         assert got[0] is got[1]
-        assert got[2] is not got[0] and got[2] == got[0]
+        assert got[2] is not got[0]
+        assert got[2] == got[0]
 
 
 @LEFT_EARLY

@@ -90,9 +90,7 @@ class _Entry:
     fields: FieldSet
     # The fieldsV1 tree `fields` was decoded from (with that very set), reused by `encode`
     # while the entry keeps that set: re-encoding an unchanged set costs a sort per node.
-    decoded: tuple[FieldSet, dict[str, Any]] | None = field(
-        default=None, compare=False, repr=False
-    )
+    decoded: tuple[FieldSet, dict[str, Any]] | None = field(default=None, compare=False, repr=False)
 
     def identity(self) -> tuple[str, str, str, str]:
         version = "" if self.operation == "Apply" else self.api_version
