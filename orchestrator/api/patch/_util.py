@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..jsonvalue import copy_json
 
@@ -53,7 +53,7 @@ def short(value: Any, limit: int = 120) -> str:
 # --- schema navigation ---------------------------------------------------------------------
 
 
-def _is_mapping(value: Any) -> bool:
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     # Schemas are plain dicts almost always: skip the (slow) ABC check for them.
     return type(value) is dict or isinstance(value, Mapping)
 
