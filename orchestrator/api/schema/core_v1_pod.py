@@ -11,11 +11,11 @@ already reported type errors, so they skip what they cannot read); Table cells f
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import Cause
+from ..jsonvalue import copy_json
 from .builders import Schema
 from .columns import AGE, NAME, NONE, human_duration, parse_rfc3339
 from .core_v1_container import V1
@@ -276,7 +276,9 @@ def validate_pod_update(new_spec: Any, old_spec: Any) -> list[Cause]:
     nodeName (binding) may change in a pod's spec."""
     if not isinstance(new_spec, dict) or not isinstance(old_spec, dict):
         return []
-    a, b = copy.deepcopy(new_spec), copy.deepcopy(old_spec)
+    if new_spec == old_spec:  # nothing changed (a status write, a label edit): nothing to check
+        return []
+    a, b = copy_json(new_spec), copy_json(old_spec)
     if not _tolerations_only_added(a.get("tolerations"), b.get("tolerations")):
         return [
             forbidden(
