@@ -619,3 +619,40 @@ def test_update_diff_skipping_equal_subtrees_matches_the_whole_walk(
     removed: set[tuple[str, ...]] = set()
     _diff_members(old, new, SCHEMA, (), subresource, ignored, changed, removed)
     assert (changed, removed) == (want_changed, want_removed)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    doc=DOCS,
+    meta=st.dictionaries(st.sampled_from(["name", "uid", "labels", "x"]), JSONISH, max_size=3),
+    subresource=st.sampled_from(["", "status"]),
+    ignored=st.sampled_from([(), (("f:spec", "f:replicas"),)]),
+)
+def test_create_field_sets_are_memoized_soundly(
+    doc: dict[str, Any],
+    meta: dict[str, Any],
+    subresource: str,
+    ignored: tuple[tuple[str, ...], ...],
+) -> None:
+    """A create's field set comes from a memo keyed by what it depends on: it must equal the
+    walk, for the object itself and for variants differing in ignored or relevant metadata."""
+    from orchestrator.api.patch.apply import _created_fields, _diff_members
+
+    def walked(obj: dict[str, Any]) -> frozenset[tuple[str, ...]]:
+        changed: set[tuple[str, ...]] = set()
+        _diff_members({}, obj, SCHEMA, (), subresource, ignored, changed, set())
+        return frozenset(changed)
+
+    variants = [
+        {**doc, "metadata": meta},
+        {**doc, "metadata": {**meta, "name": "other", "uid": "u2"}},  # differs in ignored only
+        {**doc, "metadata": {k: v for k, v in meta.items() if k in ("name", "uid")}},
+        {**doc, "metadata": {}},
+        {k: v for k, v in doc.items() if k != "metadata"},
+        {**doc, "metadata": meta, "status": None},
+        {k: v for k, v in doc.items() if k != "status"},
+    ]
+    for obj in variants * 2:  # the second round is answered by the memo
+        fields, tree = _created_fields(obj, SCHEMA, subresource, ignored)
+        assert fields == walked(obj)
+        assert tree == encode_fields_v1(fields)

@@ -262,6 +262,50 @@ def _diff_members(
                 removed.update(_field_members(ov, key, schema, sub, subresource, ignored))
 
 
+CREATED_CACHE_SIZE = 256
+_created: dict[tuple[int, str, str, str], tuple[Schema, FieldSet, dict[str, Any]]] = {}
+
+
+def _created_fields(
+    new: Obj, schema: Schema, subresource: str, ignored: Collection[Path]
+) -> tuple[FieldSet, dict[str, Any]]:
+    """Every (not ignored) member of `new` — what a create owns — and its FieldsV1 tree.
+
+    Memoized by the canonical JSON of what the members depend on: the object less its ignored
+    parts (apiVersion, kind, status, server-owned metadata, with whether metadata was empty,
+    which decides its own membership), with the schema, subresource and ignored prefixes.
+    Objects a controller creates from one template differ only in ignored metadata (name,
+    uid, creationTimestamp), so they are walked and encoded once."""
+    try:
+        text: str | None = canonical(_created_key(new, subresource))
+    except (TypeError, ValueError, RecursionError):
+        text = None
+    ident = (id(schema), subresource, repr(tuple(ignored)), text or "")
+    hit = _created.get(ident) if text is not None else None
+    if hit is not None and hit[0] is schema:
+        return hit[1], hit[2]
+    changed: set[Path] = set()
+    _diff_members({}, new, schema, (), subresource, ignored, changed, set())
+    fields = frozenset(changed)
+    tree = encode_fields_v1(fields)
+    if text is not None:
+        _created[ident] = (schema, fields, tree)  # keeps `schema` alive: its id stays its own
+        if len(_created) > CREATED_CACHE_SIZE:
+            del _created[next(iter(_created))]
+    return fields, tree
+
+
+def _created_key(new: Obj, subresource: str) -> Any:
+    if subresource == "status":
+        return ["status", "status" in new, new.get("status")]
+    rest = {k: v for k, v in new.items() if k not in ("apiVersion", "kind", "status", "metadata")}
+    meta = new.get("metadata")
+    if isinstance(meta, dict):
+        kept = {k: v for k, v in meta.items() if k not in _META_IGNORED}
+        return ["", rest, "metadata" in new, kept, not meta]
+    return ["", rest, "metadata" in new, meta]
+
+
 def _field_members(
     value: Any, key: str, schema: Schema, sub: Path, subresource: str, ignored: Collection[Path]
 ) -> dict[Path, Member]:
@@ -596,8 +640,13 @@ def track_update(
         return _with_managed(stripped, [])
     changed: set[Path] = set()
     removed: set[Path] = set()
+    tree: dict[str, Any] | None = None
     try:
-        _diff_members(old or {}, stripped, schema, (), subresource, ignored, changed, removed)
+        if old is None:
+            created, tree = _created_fields(stripped, schema, subresource, ignored)
+            changed = set(created)
+        else:
+            _diff_members(old, stripped, schema, (), subresource, ignored, changed, removed)
     except RecursionError:
         raise bad_request("object is nested too deeply") from None
     me = (manager, "Update", api_version, subresource)
@@ -609,7 +658,9 @@ def track_update(
         if e.identity() != me
     ]
     if previous is None:
-        mine = _Entry(manager, "Update", api_version, now, subresource, frozenset(changed))
+        fields = frozenset(changed)
+        known = (fields, tree) if tree is not None else None  # the create's tree: no re-encoding
+        mine = _Entry(manager, "Update", api_version, now, subresource, fields, known)
     else:
         fields = (previous.fields | changed) - removed
         mine = replace(previous, fields=fields, time=now if changed else previous.time)
