@@ -487,7 +487,8 @@ class Api:
             wanted = precondition if precondition is not None else _client_rv(proposed)
             if wanted is not None and wanted != _rv(live):
                 raise errors.conflict(kind.plural, kind.group, name)
-            obj = prepare_update(kind, proposed, live, subresource=sub)
+            # Not copied: admission's validation makes the object to store a new one.
+            obj = prepare_update(kind, proposed, live, subresource=sub, copy=False)
             if managed:
                 obj["metadata"]["managedFields"] = proposed["metadata"].get("managedFields", [])
             obj = self._admit(call, "update", kind, obj, live, sub)

@@ -63,27 +63,35 @@ def prepare_create(kind: Kind, obj: Obj, *, now: str, name: str) -> Obj:
     return out
 
 
-def prepare_update(kind: Kind, new: Obj, old: Obj, *, subresource: str) -> Obj:
-    """The object to store for an update of `old` with client input `new` (not mutated)."""
+def prepare_update(kind: Kind, new: Obj, old: Obj, *, subresource: str, copy: bool = True) -> Obj:
+    """The object to store for an update of `old` with client input `new` (neither mutated).
+    `copy=False`: only the result's top level and metadata are new dicts, the rest is shared
+    with `new` and `old` — for a caller that copies it next anyway (admission's validation
+    builds a new object) and meanwhile changes at most top-level and metadata keys."""
+    dup = copy_json if copy else _same
     if subresource == "status":
-        out: Obj = copy_json(old)
+        out: Obj = dup(old) if copy else {**old, "metadata": dict(old.get("metadata") or {})}
         if "status" in new:
-            out["status"] = copy_json(new["status"])
+            out["status"] = dup(new["status"])
         else:
             out.pop("status", None)
         return out
-    out = copy_json(new)
-    meta = out.setdefault("metadata", {})
+    if copy:
+        out = copy_json(new)
+        meta = out.setdefault("metadata", {})
+    else:
+        out = dict(new)
+        meta = out["metadata"] = dict(new.get("metadata") or {})
     old_meta = old.get("metadata", {})
     for key in _SERVER_META:
         if key in old_meta:
-            meta[key] = copy_json(old_meta[key])
+            meta[key] = dup(old_meta[key])
         else:
             meta.pop(key, None)
     meta.pop("selfLink", None)
     if has_status(kind):
         if "status" in old:
-            out["status"] = copy_json(old["status"])
+            out["status"] = dup(old["status"])
         else:
             out.pop("status", None)
     if content(out) != content(old):
@@ -91,6 +99,10 @@ def prepare_update(kind: Kind, new: Obj, old: Obj, *, subresource: str) -> Obj:
     out["apiVersion"] = kind.api_version
     out["kind"] = kind.kind
     return out
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _comparable(obj: Obj) -> Obj:
