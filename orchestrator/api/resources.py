@@ -400,8 +400,8 @@ class Api:
         def mutate(live: Obj) -> Obj:
             if ptype == "json":
                 out: Obj = apply_json_patch(live, patch)
-            elif ptype == "merge":
-                out = apply_merge_patch(live, patch)
+            elif ptype == "merge":  # only read until admission copies it: share `live`
+                out = apply_merge_patch(live, patch, share=True)
             else:
                 out = apply_strategic_merge_patch(live, patch, kind.schema)
             if not isinstance(out, dict):

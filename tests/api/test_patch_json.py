@@ -188,3 +188,16 @@ def test_merge_patch_roundtrip(original: dict[str, Any], modified: dict[str, Any
     assert apply_merge_patch(original, patch) == modified
     assert create_merge_patch(original, original) == {}
     assert (original, modified) == before
+
+
+@settings(max_examples=300)
+@given(
+    doc=st.dictionaries(st.text(max_size=3), JSON), patch=st.dictionaries(st.text(max_size=3), JSON)
+)
+def test_merge_patch_sharing_the_document_gives_the_same_result_and_leaves_it_alone(
+    doc: dict[str, Any], patch: dict[str, Any]
+) -> None:
+    before = copy.deepcopy(doc)
+    shared = apply_merge_patch(doc, patch, share=True)
+    assert shared == apply_merge_patch(before, patch)
+    assert doc == before

@@ -20,24 +20,28 @@ from ._util import copy_json, json_equal
 __all__ = ["apply_merge_patch", "create_merge_patch"]
 
 
-def _merge(target: Any, patch: Any) -> Any:
+def _merge(target: Any, patch: Any, share: bool) -> Any:
     if not isinstance(patch, dict):
         return copy_json(patch)
-    out = copy_json(target) if isinstance(target, dict) else {}
+    if not isinstance(target, dict):
+        target = {}
+    out = dict(target) if share else copy_json(target)
     for key, value in patch.items():
         if value is None:
             out.pop(key, None)
         else:
-            out[key] = _merge(out.get(key), value)
+            out[key] = _merge(out.get(key), value, share)
     return out
 
 
-def apply_merge_patch(doc: Any, patch: Any) -> dict[str, Any]:
-    """Apply the merge patch `patch` (a JSON object) to `doc`; returns a new document."""
+def apply_merge_patch(doc: Any, patch: Any, *, share: bool = False) -> dict[str, Any]:
+    """Apply the merge patch `patch` (a JSON object) to `doc`; returns a new document (`doc` is
+    never modified). `share=True`: the parts of `doc` the patch does not touch are shared with
+    the result instead of copied — for a caller that only reads the result."""
     if not isinstance(patch, dict):
         raise bad_request("merge patch must be a JSON object")
     try:
-        result: dict[str, Any] = _merge(doc, patch)
+        result: dict[str, Any] = _merge(doc, patch, share)
     except RecursionError:
         raise bad_request("merge patch is nested too deeply") from None
     return result
