@@ -17,7 +17,7 @@ only feeds it events and carries its decisions out::
         no node ─▶ queue.add_unschedulable, FailedScheduling event (the per-node reasons, e.g.
                    "0/3 nodes are available: 3 Insufficient cpu."), PodScheduled=False
         a node  ─▶ cache.assume(pod, node), then hand (pod, node) to the binders
-    binders (`parallel_binds` tasks, 16 by default, fed by a bounded channel):
+    binders (`parallel_binds` tasks, 64 by default, fed by a bounded channel):
         client.bind(pod, node)
           ok    ─▶ cache.finish_binding, queue.done, Scheduled event ("Successfully assigned
                    ns/pod to node")
@@ -80,7 +80,7 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 DEFAULT_SCHEDULER_NAME: Final = "default-scheduler"
-DEFAULT_PARALLEL_BINDS: Final = 16
+DEFAULT_PARALLEL_BINDS: Final = 64
 COMPONENT: Final = "default-scheduler"
 _TERMINAL: Final = frozenset({"Succeeded", "Failed"})
 
