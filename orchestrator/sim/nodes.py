@@ -363,7 +363,7 @@ class SimulatedCluster:
         n: int,
         prefix: str = "node-",
         *,
-        workers: int = 32,
+        workers: int = 64,
         on_pod_running: Callable[[Obj, float], None] | None = None,
         **node_options: Any,
     ) -> None:
