@@ -9,7 +9,10 @@
    signed). The agent sends only `<id>.<secret>` (the pin is not a credential) to
    `POST /orchestrator/v1/join {nodeName}`, and receives a node token (`system:node:<name>`,
    group `system:nodes`) that the server created for it. 401: the token is wrong, expired or
-   revoked; 409: another identity owns the node name.
+   revoked; 409: another identity owns the node name. With `serving_addresses` the request
+   also carries the public half of a key pair made here (`servingcert`), and the answer a
+   CA-signed serving certificate for the agent's log endpoint, stored as
+   `D/kubelet.crt` + `D/kubelet.key` (0600).
 3. It writes `D/node-kubeconfig.yaml` (server, CA, node token; mode 0600) and runs as the node.
    Later starts use that file and skip 1-2 (the join token may have expired by then), unless
    it was written for another node name.
@@ -35,6 +38,8 @@ from ..api.auth.jointoken import BOOTSTRAP_RE, PinMismatch, check_pin, parse_tok
 from ..api.auth.kubeconfig import write_kubeconfig
 from ..api.auth.tokens import NODE_PREFIX
 from ..client.config import ClientConfig, load_kubeconfig
+from . import servingcert
+from .servingcert import ServingKey
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +83,14 @@ async def fetch_ca(server: str) -> bytes:
 
 
 async def request_node_token(
-    server: str, ca_pem: bytes | None, credentials: str, node_name: str
-) -> str:
-    """Trade a join token for a node token (`POST /orchestrator/v1/join`)."""
+    server: str,
+    ca_pem: bytes | None,
+    credentials: str,
+    node_name: str,
+    serving: dict[str, Any] | None = None,
+) -> tuple[str, bytes | None]:
+    """Trade a join token for a node token (`POST /orchestrator/v1/join`), and with `serving`
+    (`ServingKey.request`) a serving certificate (PEM; None if the server sent none)."""
     verify: ssl.SSLContext | bool = True
     if ca_pem is not None:
         verify = ssl.create_default_context(cadata=ca_pem.decode("ascii", "replace"))
@@ -88,7 +98,7 @@ async def request_node_token(
         async with httpx.AsyncClient(verify=verify, timeout=TIMEOUT) as client:
             response = await client.post(
                 server + JOIN_PATH,
-                json={"nodeName": node_name},
+                json={"nodeName": node_name, **(serving or {})},
                 headers={"Authorization": f"Bearer {credentials}"},
             )
     except httpx.TransportError as exc:
@@ -100,10 +110,12 @@ async def request_node_token(
         )
     if response.status_code != 201:
         raise JoinError(f"join refused ({response.status_code}): {_message(response)}")
-    token = response.json().get("token")
+    doc = response.json()
+    token = doc.get("token")
     if not isinstance(token, str) or not token:
         raise JoinError("the server's join answer carries no node token")
-    return token
+    cert = doc.get("servingCertificate")
+    return token, cert.encode("ascii") if isinstance(cert, str) and cert else None
 
 
 def stored_config(data_dir: Path, node_name: str, server: str | None) -> ClientConfig | None:
@@ -134,9 +146,11 @@ async def join_config(
     data_dir: Path,
     node_name: str,
     ca_pem: bytes | None = None,
+    serving_addresses: list[str] | None = None,
 ) -> ClientConfig:
     """How this agent reaches and authenticates to the server (module doc); `ca_pem`: the
-    CA from `--ca-file`, needed only for a token that pins none."""
+    CA from `--ca-file`, needed only for a token that pins none; `serving_addresses`: ask
+    for a log endpoint certificate with these SANs while joining."""
     server = server.rstrip("/")
     saved = stored_config(data_dir, node_name, server)
     if saved is not None:
@@ -163,7 +177,13 @@ async def join_config(
         ca = None
     if BOOTSTRAP_RE.match(token.credentials) is None:
         return ClientConfig(server=server, ca_pem=ca, token=token.credentials)
-    node_token = await request_node_token(server, ca, token.credentials, node_name)
+    key = None
+    if serving_addresses and ca is not None:
+        key = await trio.to_thread.run_sync(ServingKey.generate)
+    serving = key.request(serving_addresses or []) if key is not None else None
+    node_token, cert = await request_node_token(server, ca, token.credentials, node_name, serving)
+    if key is not None and cert is not None:
+        await trio.to_thread.run_sync(servingcert.store, data_dir, key, cert)
     await trio.to_thread.run_sync(
         partial(
             write_kubeconfig,

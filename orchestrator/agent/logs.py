@@ -43,7 +43,8 @@ How the agent uses it
 
     tls = EndpointTLS.from_pki(pki)        # embedded agent: reuse the API server's serving cert
     # or EndpointTLS.issue(pki, node_name, [node_ip], dir) when the agent holds the CA, or
-    # EndpointTLS(cert_path, key_path, ca_pem) with files it was given.
+    # EndpointTLS(cert_path, key_path, ca_pem) with files it was given (a joined agent: its
+    # own key, certificate signed by the server, `servingcert`).
     endpoint = LogEndpoint(data_dir, resolve_pod, tls=tls, host="0.0.0.0", port=10250)
     port = await nursery.start(endpoint.run)   # report it as status.daemonEndpoints.kubeletEndpoint
 

@@ -18,7 +18,9 @@ too). There is no trust-on-first-use: a server's CA is trusted only through a pi
 Embedded (`orchestrator server`, default on; `--no-agent` disables): the agent runs in the
 server's nursery with `InProcessClient(api, system:node:<name>)` — no HTTP, still authorized and
 admitted as a node — data in `DATA_DIR/agent`, and serves container logs on its own port with
-the API server's certificate.
+the API server's certificate. A standalone agent serves them with a certificate of its own key
+signed by the cluster CA, obtained when joining or later with its node credentials
+(`servingcert`: `DATA_DIR/kubelet.crt`, renewed within 30 days of expiry).
 
 Runtime (`--runtime`, both commands): `auto` (default) uses containerd when its socket
 (`--containerd-socket`, default `/run/containerd/containerd.sock`) exists and answers `Version`
@@ -47,6 +49,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -267,6 +270,8 @@ def client_config(args: argparse.Namespace) -> ClientConfig:
 async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     from ..client.rest import RestClient
     from ..controllers.runtime.client import HttpClient
+    from .logs import EndpointTLS, LogEndpoint
+    from .servingcert import ensure_serving_cert, node_addresses
 
     name = args.node_name or default_node_name()
     labels = dict(args.labels)
@@ -287,6 +292,20 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                 agent = Agent(HttpClient(rest, field_manager="kubelet"), runtime, options)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(watchdog_task, notifier)
+                    addresses = node_addresses(name, args.node_ip or "")
+                    served = await ensure_serving_cert(cfg, args.data_dir, addresses)
+                    if served is not None and cfg.ca_pem is not None:
+                        endpoint = LogEndpoint(
+                            args.data_dir,
+                            agent.resolve_pod,
+                            tls=EndpointTLS(served[0], served[1], cfg.ca_pem),
+                            port=args.log_port,
+                        )
+                        try:
+                            options.kubelet_port = await nursery.start(endpoint.run)
+                        except* OSError as group:  # the port is taken
+                            log.warning("log endpoint not served: %s", group.exceptions[0])
+                    agent.reporter.opts.kubelet_port = options.kubelet_port
                     notifier.status("starting: restoring local pods")
                     await nursery.start(agent.run)
                     log.info("node agent %s running against %s", name, cfg.server)
@@ -341,12 +360,21 @@ async def _report_connection(agent: Agent, server: str, notifier: Notifier) -> N
 
 def main(args: argparse.Namespace) -> int:
     from .join import JoinError, is_join_token, join_config
+    from .servingcert import node_addresses
 
     if not args.kubeconfig and args.server and args.token and is_join_token(args.token):
         ca = args.ca_file.read_bytes() if args.ca_file else None
         name = args.node_name or default_node_name()
+        addresses = node_addresses(name, args.node_ip or "")
         try:
-            cfg = trio.run(join_config, args.server, args.token, args.data_dir, name, ca)
+            cfg = trio.run(
+                partial(join_config, serving_addresses=addresses),
+                args.server,
+                args.token,
+                args.data_dir,
+                name,
+                ca,
+            )
         except JoinError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1

@@ -143,7 +143,7 @@ class ApiServer:
             await trio.to_thread.run_sync(atomic_write, token_file, server_token, 0o600)
         admin_token = bundle.admin_token
         authenticator = Authenticator(tokens, pki.ca_cert)
-        routes = OrchestratorRoutes(tokens, pki.ca_pem, pin, self._node_exists)
+        routes = OrchestratorRoutes(tokens, pki.ca_pem, pin, self._node_exists, pki)
         logs = await AgentLogProxy.for_pki(pki, self._get_node, local_node=self.opts.node_name)
         app = ApiApp(
             self.api,

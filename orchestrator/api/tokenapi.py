@@ -14,7 +14,14 @@ All under `/orchestrator/v1/`, JSON in and out (failures are metav1.Status like 
                                           user <id> (e.g. system:node:edge-1); 404 if none
     POST   /orchestrator/v1/join          bootstrappers (and admins): {nodeName} -> 201
                                           {nodeName, user, token}: a node token for
-                                          system:node:<nodeName>
+                                          system:node:<nodeName>; with {servingKey (an EC
+                                          P-256 public key or CSR, PEM), addresses} also
+                                          servingCertificate: the agent's log endpoint
+                                          certificate (CA-signed, 1 year, SANs = nodeName +
+                                          addresses)
+    POST   /orchestrator/v1/node-certificate  a node (system:node:<name>), for its own name:
+                                          {servingKey, addresses} -> 201 {nodeName,
+                                          servingCertificate}: renewal of the above
 
 Why HTTP endpoints rather than the store's client port: the CLI then needs only the admin
 kubeconfig (the same credentials as `orchestrator get`), every call is authenticated and
@@ -32,6 +39,7 @@ compare-and-swap on what was checked, so two concurrent joins cannot both win.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -40,9 +48,10 @@ from ..store import types as st
 from . import errors
 from .app import Response
 from .auth.authn import User, _with_authenticated, bearer_token
-from .auth.authz import Attributes, authorize
+from .auth.authz import Attributes, authorize, node_name
 from .auth.clustertokens import USER_PREFIX, ClusterTokens, describe
 from .auth.jointoken import format_token
+from .auth.pki import MAX_SANS, Pki, sign_serving_key
 from .auth.tokens import BOOTSTRAP_TTL, MASTERS, NODE_PREFIX
 from .schema.names import is_dns1123_subdomain
 
@@ -50,6 +59,7 @@ PREFIX = "/orchestrator/v1/"
 CA_PATH = PREFIX + "ca"
 TOKENS_PATH = PREFIX + "tokens"
 JOIN_PATH = PREFIX + "join"
+NODE_CERT_PATH = PREFIX + "node-certificate"
 MAX_DESCRIPTION = 256
 
 Headers = list[tuple[bytes, bytes]]
@@ -78,8 +88,10 @@ class OrchestratorRoutes:
         ca_pem: bytes,
         ca_pin: str,
         node_exists: Callable[[str], Awaitable[bool]],
+        pki: Pki | None = None,
     ) -> None:
         self.tokens = tokens
+        self.pki = pki  # holds the CA key: signs joined agents' serving certificates
         self.ca_pem = ca_pem
         self.ca_pin = ca_pin  # hex SHA-256 of the CA (DER)
         self.node_exists = node_exists
@@ -102,6 +114,8 @@ class OrchestratorRoutes:
                 return await self._join(user, _body(body))
             user = authenticate()
             authorize(user, Attributes(method.lower(), path=path))
+            if path == NODE_CERT_PATH and method == "POST":
+                return self._node_certificate(user, _body(body))
             if path == TOKENS_PATH and method == "GET":
                 items = await self.tokens.list_entries()
                 now = self.tokens.clock()
@@ -181,13 +195,69 @@ class OrchestratorRoutes:
             raise errors.ApiError(
                 409, "Conflict", f'node "{name}" joined concurrently; retry'
             ) from None
+        doc: dict[str, Any] = {
+            "kind": "NodeCredentials",
+            "apiVersion": "v1",
+            "nodeName": name,
+            "user": NODE_PREFIX + name,
+            "token": token,
+        }
+        cert = self._serving_certificate(name, body)
+        if cert is not None:
+            doc["servingCertificate"] = cert
+        return Response(201, doc)
+
+    def _node_certificate(self, user: User, body: dict[str, Any]) -> Response:
+        """A new serving certificate for the calling node, for its own name only."""
+        name = node_name(user)
+        if name is None:
+            raise errors.ApiError(
+                403,
+                "Forbidden",
+                f'User "{user.name}" is not a node: only nodes get serving certificates',
+            )
+        if not body.get("servingKey"):
+            raise errors.bad_request("servingKey is required")
+        cert = self._serving_certificate(name, body)
         return Response(
             201,
             {
-                "kind": "NodeCredentials",
+                "kind": "NodeCertificate",
                 "apiVersion": "v1",
                 "nodeName": name,
-                "user": NODE_PREFIX + name,
-                "token": token,
+                "servingCertificate": cert,
             },
         )
+
+    def _serving_certificate(self, name: str, body: dict[str, Any]) -> str | None:
+        """The CA-signed serving certificate (PEM) for `body["servingKey"]`, SANs = `name` and
+        `body["addresses"]` (IPs or DNS names); None when no key was sent."""
+        key = body.get("servingKey")
+        if key is None:
+            return None
+        if not isinstance(key, str) or not key:
+            raise errors.bad_request("servingKey must be a PEM public key or CSR")
+        addresses = body.get("addresses") or []
+        if (
+            not isinstance(addresses, list)
+            or len(addresses) >= MAX_SANS
+            or not all(isinstance(a, str) and _valid_san(a) for a in addresses)
+        ):
+            raise errors.bad_request(
+                f"addresses must be a list of < {MAX_SANS} IP addresses or DNS names"
+            )
+        if self.pki is None:
+            raise errors.service_unavailable("this server cannot sign certificates")
+        try:
+            pem = sign_serving_key(self.pki, NODE_PREFIX + name, key.encode(), [name, *addresses])
+        except ValueError as exc:
+            raise errors.bad_request(f"servingKey: {exc}") from exc
+        return pem.decode("ascii")
+
+
+def _valid_san(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return not is_dns1123_subdomain(text)
+    return True

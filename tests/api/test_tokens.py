@@ -294,3 +294,56 @@ async def test_revoke_holds_on_every_server(tmp_path: Path) -> None:
         status = await cluster.status(0)
         assert status is not None
         assert len(status["voters"]) + len(status["learners"]) == 3
+
+
+async def test_joined_agents_get_serving_certificates(h: Harness, tmp_path: Path) -> None:
+    """The join answer signs the agent's own public key; the node renews with its credentials,
+    for its own name only; `ensure_serving_cert` reuses a good pair and renews an expiring one."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from orchestrator.agent import servingcert
+    from orchestrator.agent.servingcert import ServingKey, ensure_serving_cert
+
+    doc = await create(h)
+    data = tmp_path / "a"
+    addresses = ["edge-1", "10.1.2.3"]
+    cfg = await join_config(h.url, str(doc["token"]), data, "edge-1", serving_addresses=addresses)
+    cert_path, key_path = servingcert.paths(data)
+    assert stat.S_IMODE(os.stat(key_path).st_mode) == 0o600
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    assert cert.subject.rfc4514_string() == "CN=system:node:edge-1"
+    assert servingcert.check(data, h.ca_pem, addresses)
+    assert not servingcert.check(data, h.ca_pem, ["10.9.9.9"])  # not covered: re-request
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    assert dt.timedelta(days=364) < lifetime < dt.timedelta(days=366)
+
+    # Reuse while valid; renew when within 30 days of expiry.
+    assert await ensure_serving_cert(cfg, data, addresses) == (cert_path, key_path)
+    assert cert_path.read_bytes() == cert.public_bytes(serialization.Encoding.PEM)
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(days=340)
+    assert not servingcert.check(data, h.ca_pem, addresses, now=soon)
+    old_key = key_path.read_bytes()
+    servingcert.store(data, ServingKey(old_key, ""), b"garbage")  # an unusable pair
+    assert await ensure_serving_cert(cfg, data, addresses) == (cert_path, key_path)
+    assert key_path.read_bytes() != old_key
+    assert servingcert.check(data, h.ca_pem, addresses)
+
+    key = ServingKey.generate()
+    async with client_for(h, cfg.token) as node:
+        r = await node.post("/orchestrator/v1/node-certificate", json=key.request(["10.0.0.1"]))
+        assert r.status_code == 201, r.text
+        issued = x509.load_pem_x509_certificate(r.json()["servingCertificate"].encode())
+        assert issued.subject.rfc4514_string() == "CN=system:node:edge-1"
+        r = await node.post("/orchestrator/v1/node-certificate", json={"servingKey": "nope"})
+        assert r.status_code == 400
+        r = await node.post("/orchestrator/v1/node-certificate", json=key.request(["not a name!"]))
+        assert r.status_code == 400
+    parsed = parse_token(str((await create(h))["token"]))
+    async with client_for(h, parsed.credentials) as boot:  # not a node
+        r = await boot.post("/orchestrator/v1/node-certificate", json=key.request([]))
+        assert r.status_code == 403
+    r = await h.client.post("/orchestrator/v1/node-certificate", json=key.request([]))
+    assert r.status_code == 403  # an admin is no node either

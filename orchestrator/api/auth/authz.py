@@ -23,6 +23,8 @@ Role table (who → what):
                                          graceful deletion)
                    get/create/update/patch/delete  leases in kube-node-lease named <name>
                    create/patch/update   events (core and events.k8s.io)
+                   post                  /orchestrator/v1/node-certificate (its own serving
+                                         certificate, `tokenapi`)
                    not: create pods, pods/log, pods/exec, anything else
     bootstrapper group system:bootstrappers      create/get/list/watch certificatesigningrequests
                                                  (certificates.k8s.io), like kubeadm's
@@ -153,6 +155,7 @@ ROLES: dict[str, tuple[Rule, ...]] = {
             own_name=True,
         ),
         _rule(["create", "update", "patch"], ["", "events.k8s.io"], ["events"]),
+        _rule(["post"], paths=frozenset({"/orchestrator/v1/node-certificate"})),
     ),
     "bootstrapper": (
         _rule(

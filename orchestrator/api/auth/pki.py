@@ -159,12 +159,28 @@ def _leaf(
     days: int,
     sans: list[x509.GeneralName] | None = None,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A leaf signed by the CA for a fresh key (returned with it)."""
     key = _new_key()
+    cert = _leaf_for(ca_cert, ca_key, key.public_key(), subject, usage, now, days, sans)
+    return cert, key
+
+
+def _leaf_for(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    public_key: ec.EllipticCurvePublicKey,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    now: dt.datetime,
+    days: int,
+    sans: list[x509.GeneralName] | None = None,
+) -> x509.Certificate:
+    """A leaf signed by the CA for `public_key`."""
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
         .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
+        .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
@@ -191,7 +207,7 @@ def _leaf(
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return builder.sign(ca_key, hashes.SHA256()), key
+    return builder.sign(ca_key, hashes.SHA256())
 
 
 def _general_name(san: str) -> x509.GeneralName:
@@ -341,3 +357,48 @@ def issue_serving_cert(
         names,
     )
     return _cert_pem(cert), _key_pem(key)
+
+
+MAX_SANS = 32
+
+
+def sign_serving_key(
+    pki: Pki,
+    common_name: str,
+    public_key_pem: bytes,
+    sans: list[str],
+    *,
+    days: int = LEAF_DAYS,
+    now: dt.datetime | None = None,
+) -> bytes:
+    """A server certificate (PEM) for a key generated elsewhere — a joined node agent's, whose
+    private key never leaves its device. `public_key_pem`: an EC P-256 public key (PEM, SPKI)
+    or a CSR (PEM; its signature is checked, its subject and extensions are ignored). SANs are
+    exactly `sans` (IP addresses or DNS names), none of this host's. ValueError when the key or
+    a SAN is unusable."""
+    public_key: object
+    if b"CERTIFICATE REQUEST" in public_key_pem:
+        csr = x509.load_pem_x509_csr(public_key_pem)
+        if not csr.is_signature_valid:
+            raise ValueError("the CSR's signature does not verify")
+        public_key = csr.public_key()
+    else:
+        public_key = serialization.load_pem_public_key(public_key_pem)
+    if not isinstance(public_key, ec.EllipticCurvePublicKey) or not isinstance(
+        public_key.curve, ec.SECP256R1
+    ):
+        raise ValueError("the key must be an EC P-256 public key")
+    names = list(dict.fromkeys(s for s in sans if s))
+    if not names or len(names) > MAX_SANS:
+        raise ValueError(f"give 1 to {MAX_SANS} subject alternative names")
+    cert = _leaf_for(
+        pki.ca_cert,
+        pki.ca_key,
+        public_key,
+        _name(common_name),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        now or _now(),
+        days,
+        [_general_name(s) for s in names],
+    )
+    return _cert_pem(cert)
