@@ -105,8 +105,9 @@ def _server_cpu(cluster: Any) -> float:
     return sum(cluster.cpu_seconds(i) or 0.0 for i in cluster.running())
 
 
-def run_point(cluster: Any, n_servers: int, concurrency: int, args: argparse.Namespace
-              ) -> dict[str, Any]:
+def run_point(
+    cluster: Any, n_servers: int, concurrency: int, args: argparse.Namespace
+) -> dict[str, Any]:
     shares = _split(concurrency, args.client_procs)
     start_at = time.time() + args.startup_s
     # The leader first: the client sticks to the first server that answers, and a follower
@@ -118,13 +119,21 @@ def run_point(cluster: Any, n_servers: int, concurrency: int, args: argparse.Nam
     procs = []
     for p, share in enumerate(shares):
         argv = [
-            sys.executable, str(Path(__file__).resolve()), "--worker",
-            "--endpoints", ",".join(endpoints),
-            "--tasks", str(share),
-            "--duration", str(args.duration),
-            "--start-at", repr(start_at),
-            "--prefix", f"s{n_servers}c{concurrency}p{p}",
-            "--value-bytes", str(args.value_bytes),
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            "--endpoints",
+            ",".join(endpoints),
+            "--tasks",
+            str(share),
+            "--duration",
+            str(args.duration),
+            "--start-at",
+            repr(start_at),
+            "--prefix",
+            f"s{n_servers}c{concurrency}p{p}",
+            "--value-bytes",
+            str(args.value_bytes),
         ]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE))
     # Server CPU is sampled around the window (the clients warm up before start_at).
@@ -155,9 +164,12 @@ def run_point(cluster: Any, n_servers: int, concurrency: int, args: argparse.Nam
 
 
 def _print_row(r: dict[str, Any]) -> None:
-    print(f"{r['servers']:>7} {r['concurrency']:>11} {r['writes_per_s']:>9.0f} "
-          f"{r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} {r['client_cpu_s']:>12.2f} "
-          f"{r['server_cpu_s']:>12.2f}", flush=True)
+    print(
+        f"{r['servers']:>7} {r['concurrency']:>11} {r['writes_per_s']:>9.0f} "
+        f"{r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} {r['client_cpu_s']:>12.2f} "
+        f"{r['server_cpu_s']:>12.2f}",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -165,13 +177,20 @@ def main() -> int:
         return worker_main(sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--servers", default="1,3", help="cluster sizes, comma-separated")
-    ap.add_argument("--concurrency", default="1,16,256",
-                    help="writes in flight (over all client processes), comma-separated")
+    ap.add_argument(
+        "--concurrency",
+        default="1,16,256",
+        help="writes in flight (over all client processes), comma-separated",
+    )
     ap.add_argument("--duration", type=float, default=10.0, help="seconds measured per point")
     ap.add_argument("--client-procs", type=int, default=2, help="load-generating processes")
     ap.add_argument("--value-bytes", type=int, default=100)
-    ap.add_argument("--startup-s", type=float, default=2.0,
-                    help="time given to the client processes to start and connect")
+    ap.add_argument(
+        "--startup-s",
+        type=float,
+        default=2.0,
+        help="time given to the client processes to start and connect",
+    )
     ap.add_argument("--keep-data", action="store_true", help="keep the data directories")
     args = ap.parse_args()
     sizes = [int(x) for x in args.servers.split(",") if x]
@@ -180,14 +199,21 @@ def main() -> int:
     cluster_mod = cluster_lib
     root = Path(tempfile.mkdtemp(prefix="raft-bench-"))
     rows: list[dict[str, Any]] = []
-    print(f"# {os.cpu_count()} CPUs, {args.duration:g}s per point, {args.client_procs} client "
-          f"processes, {args.value_bytes}-byte values, data in {root}", flush=True)
-    print(f"{'servers':>7} {'concurrency':>11} {'writes/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'client CPU s':>12} {'server CPU s':>12}", flush=True)
+    print(
+        f"# {os.cpu_count()} CPUs, {args.duration:g}s per point, {args.client_procs} client "
+        f"processes, {args.value_bytes}-byte values, data in {root}",
+        flush=True,
+    )
+    print(
+        f"{'servers':>7} {'concurrency':>11} {'writes/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'client CPU s':>12} {'server CPU s':>12}",
+        flush=True,
+    )
     try:
         for n in sizes:
-            with cluster_mod.Cluster(root / f"{n}-servers", n, tick_ms=100,
-                                     log_level="warning", api=False) as cluster:
+            with cluster_mod.Cluster(
+                root / f"{n}-servers", n, tick_ms=100, log_level="warning", api=False
+            ) as cluster:
                 cluster.start()
                 cluster.wait_leader_blocking(within=30)
                 for c in levels:
@@ -200,8 +226,16 @@ def main() -> int:
             import shutil
 
             shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps({"bench": "raft_write", "duration_s": args.duration,
-                      "value_bytes": args.value_bytes, "results": rows}))
+    print(
+        json.dumps(
+            {
+                "bench": "raft_write",
+                "duration_s": args.duration,
+                "value_bytes": args.value_bytes,
+                "results": rows,
+            }
+        )
+    )
     return 0
 
 

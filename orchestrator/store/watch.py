@@ -280,7 +280,8 @@ class Watcher:
             elif _rev(batch[-1]) < start:
                 raise RuntimeError(
                     f"history source returned revision {_rev(batch[-1])} for a read from "
-                    f"revision {start}")
+                    f"revision {start}"
+                )
             elif len(batch) >= limit:
                 end = _rev(batch[-1])  # exclusive: that revision may be cut short
                 if end <= start:  # one revision as big as the batch: read it whole

@@ -143,7 +143,9 @@ async def cli(*args: str) -> str:
     """Run `python -m orchestrator ARGS`; returns stdout, fails on a non-zero exit."""
     proc = await trio.run_process(
         [sys.executable, "-m", "orchestrator", *args],
-        capture_stdout=True, capture_stderr=True, check=False,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
     )
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0, f"orchestrator {' '.join(args)} -> {proc.returncode}\n{out}{err}"
@@ -174,8 +176,11 @@ async def test_acknowledged_writes_survive_leader_kills(tmp_path: Path) -> None:
 
                     async def progress(n: int) -> None:
                         target = len(acked) + n
-                        await wait_for(lambda: len(acked) >= target, within=20,
-                                       what=f"{n} more acknowledged writes")
+                        await wait_for(
+                            lambda: len(acked) >= target,
+                            within=20,
+                            what=f"{n} more acknowledged writes",
+                        )
 
                     await progress(100)
                     old = await cluster.wait_leader()
@@ -238,8 +243,12 @@ async def test_follower_catches_up_from_a_snapshot(tmp_path: Path) -> None:
             # And it keeps replicating normally after the snapshot.
             await write_keys(kv, ["after-0", "after-1"])
             await cluster.wait_caught_up(follower)
-            await check_reads(kv, {k: value_for(k) for k in ["after-0", "after-1"]}, {},
-                              stale_endpoint=cluster.endpoint(follower))
+            await check_reads(
+                kv,
+                {k: value_for(k) for k in ["after-0", "after-1"]},
+                {},
+                stale_endpoint=cluster.endpoint(follower),
+            )
         cluster.check_alive()
 
 
@@ -283,10 +292,17 @@ async def test_hostile_input_on_the_peer_port_changes_nothing(tmp_path: Path) ->
             for i in range(3):
                 me = cluster.node_id(i)
                 votes = [
-                    Message(MsgType.PRE_VOTE, me, OUTSIDER, HUGE_TERM, log_term=HUGE_TERM,
-                            index=HUGE_TERM),
-                    Message(MsgType.VOTE, me, OUTSIDER, HUGE_TERM, log_term=HUGE_TERM,
-                            index=HUGE_TERM),
+                    Message(
+                        MsgType.PRE_VOTE,
+                        me,
+                        OUTSIDER,
+                        HUGE_TERM,
+                        log_term=HUGE_TERM,
+                        index=HUGE_TERM,
+                    ),
+                    Message(
+                        MsgType.VOTE, me, OUTSIDER, HUGE_TERM, log_term=HUGE_TERM, index=HUGE_TERM
+                    ),
                 ]
                 s = await open_peer(cluster, i)
                 async with s:
@@ -326,14 +342,21 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
             assert st["voters"] == []
             assert st["role"] == "follower"
 
-            out = await cli("member", "add-learner", str(new_id), cluster.peer_addr(new),
-                            "--endpoints", founders)
+            out = await cli(
+                "member",
+                "add-learner",
+                str(new_id),
+                cluster.peer_addr(new),
+                "--endpoints",
+                founders,
+            )
             assert out.strip() == "OK"
             st = await cluster.wait_caught_up(new)
             assert st["learners"] == [new_id], st
             assert st["voters"] == [1, 2, 3], st
-            await check_reads(kv, {k: value_for(k) for k in early}, {},
-                              stale_endpoint=cluster.endpoint(new))
+            await check_reads(
+                kv, {k: value_for(k) for k in early}, {}, stale_endpoint=cluster.endpoint(new)
+            )
 
             await cli("member", "promote", str(new_id), "--endpoints", founders)
 
@@ -342,18 +365,23 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
                 st = None if lead is None else await cluster.status(lead)
                 return st is not None and st["voters"] == expected and st["learners"] == []
 
-            await cluster.wait_until(lambda: voters_are([1, 2, 3, new_id]), within=15,
-                                     what="the learner to become a voter")
+            await cluster.wait_until(
+                lambda: voters_are([1, 2, 3, new_id]),
+                within=15,
+                what="the learner to become a voter",
+            )
 
             # Remove a founder that is not the leader (the leader hands over nothing here).
             leader = await cluster.wait_leader()
             victim = next(i for i in range(3) if i != leader)
             victim_id = cluster.node_id(victim)
-            await cli("member", "remove", str(victim_id),
-                      "--endpoints", ",".join(cluster.endpoints))
+            await cli(
+                "member", "remove", str(victim_id), "--endpoints", ",".join(cluster.endpoints)
+            )
             remaining = sorted({1, 2, 3, new_id} - {victim_id})
-            await cluster.wait_until(lambda: voters_are(remaining), within=15,
-                                     what=f"node {victim_id} to be removed")
+            await cluster.wait_until(
+                lambda: voters_are(remaining), within=15, what=f"node {victim_id} to be removed"
+            )
             cluster.stop(victim)
 
             later = [f"later-{i}" for i in range(20)]
@@ -372,8 +400,12 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
                 assert st["voters"] == remaining, (ep, st)
                 assert st["learners"] == [], (ep, st)
             assert sum(st["role"] == "leader" for st in report.values()) == 1
-            await check_reads(kv, {k: value_for(k) for k in early + later}, {},
-                              stale_endpoint=cluster.endpoint(new))
+            await check_reads(
+                kv,
+                {k: value_for(k) for k in early + later},
+                {},
+                stale_endpoint=cluster.endpoint(new),
+            )
         cluster.check_alive()
 
 

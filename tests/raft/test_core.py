@@ -226,8 +226,7 @@ def test_leader_lease_follower_ignores_higher_term_vote() -> None:
     c = elected()
     f = c[2]
     assert f.election_elapsed < ELECTION
-    vote = Message(MsgType.VOTE, 2, 3, term=9, log_term=f.log.last_term(),
-                   index=f.log.last_index())
+    vote = Message(MsgType.VOTE, 2, 3, term=9, log_term=f.log.last_term(), index=f.log.last_index())
     f.step(vote)
     out = c.process(2)
     assert (f.term, f.vote, f.lead) == (2, 1, 1)
@@ -249,8 +248,17 @@ def test_leader_lease_follower_ignores_higher_term_vote() -> None:
 def test_lease_does_not_block_transfer_votes() -> None:
     c = elected()
     f = c[2]
-    f.step(Message(MsgType.VOTE, 2, 3, term=3, log_term=f.log.last_term(),
-                   index=f.log.last_index(), context=TRANSFER_CONTEXT))
+    f.step(
+        Message(
+            MsgType.VOTE,
+            2,
+            3,
+            term=3,
+            log_term=f.log.last_term(),
+            index=f.log.last_index(),
+            context=TRANSFER_CONTEXT,
+        )
+    )
     assert c.process(2)[-1] == "2->3 VOTE_RESP term=3"
 
 
@@ -313,6 +321,7 @@ def test_figure8_leader_commits_old_term_entries_only_through_its_own() -> None:
     c.restart(1)
     c.campaign(1)
     c.deliver_all()  # its pre-vote learns term 3 from 3 and 4 ...
+
     # ... so the second campaign succeeds. It replicates 7@2 to 3 and 4, but every append
     # carrying its term-4 entry that would be accepted is lost: 7@2 is then on a majority
     # (1, 3, 4 as far as the leader knows; 2 too) yet must not be committed.
@@ -609,8 +618,9 @@ def test_add_learner_promote_and_remove_leader() -> None:
     # The removed node never campaigns again, and the remaining three still commit.
     start = len(c.sent)
     c.tick(1, 5 * ELECTION)
-    assert not [m for m in sent_since(c, start, frm=1) if m.type in (MsgType.VOTE,
-                                                                     MsgType.PRE_VOTE)]
+    assert not [
+        m for m in sent_since(c, start, frm=1) if m.type in (MsgType.VOTE, MsgType.PRE_VOTE)
+    ]
     c.partition([2, 3, 4], [1])
     c.propose(new, b"z")
     c.deliver_all()

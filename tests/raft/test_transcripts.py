@@ -125,10 +125,8 @@ class Interpreter:
             "campaign": lambda a: self.c.campaign(_int(a[0])),
             "tick": self.cmd_tick,
             "propose": self.cmd_propose,
-            "read": lambda a: self._refusable(lambda: self.c.read_index(_int(a[0]),
-                                                                          a[1].encode())),
-            "transfer": lambda a: self._refusable(lambda: self.c.transfer(_int(a[0]),
-                                                                            _int(a[1]))),
+            "read": lambda a: self._refusable(lambda: self.c.read_index(_int(a[0]), a[1].encode())),
+            "transfer": lambda a: self._refusable(lambda: self.c.transfer(_int(a[0]), _int(a[1]))),
             "conf": self.cmd_conf,
             "deliver": self.cmd_deliver,
             "partition": self.cmd_partition,
@@ -264,8 +262,10 @@ class Interpreter:
             keep = _int(val)
         meta = self.c.compact(nid, keep)
         log = self.c[nid].log
-        return [f"{nid} snapshot at {meta.term}/{meta.index} {describe_conf(meta.conf)}; "
-                f"log=[{log.first_index()},{log.last_index()}]"]
+        return [
+            f"{nid} snapshot at {meta.term}/{meta.index} {describe_conf(meta.conf)}; "
+            f"log=[{log.first_index()},{log.last_index()}]"
+        ]
 
     def cmd_status(self, args: list[str]) -> list[str]:
         ids = [_int(a) for a in args] or sorted(self.c.nodes)
@@ -314,11 +314,21 @@ def test_transcript(path: Path, request: pytest.FixtureRequest) -> None:
         return
     for b, out in zip(blocks, outputs, strict=True):
         if out != b.expected:
-            diff = "\n".join(difflib.unified_diff(
-                text.splitlines(), actual.splitlines(), f"{path.name} (expected)",
-                f"{path.name} (actual)", lineterm="", n=2))
-            pytest.fail(f"{path.name}:{b.line}: output of {b.command!r} differs "
-                        f"(rerun with --rewrite to accept):\n{diff}", pytrace=False)
+            diff = "\n".join(
+                difflib.unified_diff(
+                    text.splitlines(),
+                    actual.splitlines(),
+                    f"{path.name} (expected)",
+                    f"{path.name} (actual)",
+                    lineterm="",
+                    n=2,
+                )
+            )
+            pytest.fail(
+                f"{path.name}:{b.line}: output of {b.command!r} differs "
+                f"(rerun with --rewrite to accept):\n{diff}",
+                pytrace=False,
+            )
 
 
 def test_replay_is_deterministic() -> None:
@@ -342,17 +352,32 @@ def test_parse_render_roundtrip() -> None:
 
 
 def test_describe_renders_one_line_per_item() -> None:
-    app = Message(MsgType.APP, 2, 1, term=2, log_term=1, index=3, commit=3,
-                  entries=[Entry(2, 4), Entry(2, 5, data=b"x")])
+    app = Message(
+        MsgType.APP,
+        2,
+        1,
+        term=2,
+        log_term=1,
+        index=3,
+        commit=3,
+        entries=[Entry(2, 4), Entry(2, 5, data=b"x")],
+    )
     assert describe_message(app) == "1->2 APP term=2 log=1/3 commit=3 entries=[2/4 2/5]"
     rej = Message(MsgType.APP_RESP, 1, 2, term=2, index=5, reject=True, reject_hint=3, log_term=1)
     assert describe_message(rej) == "2->1 APP_RESP term=2 index=5 rejected hint=1/3"
-    rd = Ready(hard_state=HardState(2, 1, 3), entries=[Entry(2, 4), Entry(2, 5, data=b"x")],
-               committed=[Entry(2, 4)], messages=[app], notes=["hello"])
-    assert describe(rd) == "\n".join([
-        "1 hard: term=2 vote=1 commit=3",
-        "1 persist: 2/4 2/5:x",
-        "1 apply: 2/4",
-        "1 note: hello",
-        "1->2 APP term=2 log=1/3 commit=3 entries=[2/4 2/5]",
-    ])
+    rd = Ready(
+        hard_state=HardState(2, 1, 3),
+        entries=[Entry(2, 4), Entry(2, 5, data=b"x")],
+        committed=[Entry(2, 4)],
+        messages=[app],
+        notes=["hello"],
+    )
+    assert describe(rd) == "\n".join(
+        [
+            "1 hard: term=2 vote=1 commit=3",
+            "1 persist: 2/4 2/5:x",
+            "1 apply: 2/4",
+            "1 note: hello",
+            "1->2 APP term=2 log=1/3 commit=3 entries=[2/4 2/5]",
+        ]
+    )

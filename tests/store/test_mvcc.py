@@ -95,10 +95,12 @@ def dump(path: Path) -> dict[str, list[Any]]:
     applied index, which every entry advances)."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        out = {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()
-               for t in ("kv", "history")}
+        out = {
+            t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in ("kv", "history")
+        }
         out["meta"] = conn.execute(
-            "SELECT revision, compact_revision, logical_bytes FROM meta").fetchall()
+            "SELECT revision, compact_revision, logical_bytes FROM meta"
+        ).fetchall()
         return out
     finally:
         conn.close()
@@ -133,8 +135,13 @@ def test_create_put_delete_revisions_versions_and_recreate(node: Node) -> None:
     assert r == WriteResult(6, kv("a", b"3", 6, 6, 1), None)
     assert s.revision() == 6
     assert [s.get("a", rev) for rev in range(1, 7)] == [
-        None, kv("a", b"1", 2, 2, 1), kv("a", b"2", 2, 3, 2), kv("a", b"2", 2, 3, 2), None,
-        kv("a", b"3", 6, 6, 1)]
+        None,
+        kv("a", b"1", 2, 2, 1),
+        kv("a", b"2", 2, 3, 2),
+        kv("a", b"2", 2, 3, 2),
+        None,
+        kv("a", b"3", 6, 6, 1),
+    ]
     assert s.take_events() == [
         Event(EventType.PUT, kv("a", b"1", 2, 2, 1)),
         Event(EventType.PUT, kv("a", b"2", 2, 3, 2), kv("a", b"1", 2, 2, 1)),
@@ -182,13 +189,15 @@ def test_cas_and_missing_key_errors(node: Node) -> None:
 
 def test_noop_compact_conf_change_and_empty_entries(node: Node) -> None:
     cc = ConfChange(ConfChangeType.ADD_VOTER, 2, b"10.0.0.2:7000").encode()
-    results = node.store.apply([
-        Entry(1, 1, EntryType.NORMAL, b""),
-        Entry(1, 2, EntryType.CONF_CHANGE, cc),
-        Entry(1, 3, EntryType.NORMAL, encode_noop()),
-        Entry(1, 4, EntryType.NORMAL, encode_put("a", b"")),
-        Entry(1, 5, EntryType.NORMAL, encode_compact(2)),
-    ])
+    results = node.store.apply(
+        [
+            Entry(1, 1, EntryType.NORMAL, b""),
+            Entry(1, 2, EntryType.CONF_CHANGE, cc),
+            Entry(1, 3, EntryType.NORMAL, encode_noop()),
+            Entry(1, 4, EntryType.NORMAL, encode_put("a", b"")),
+            Entry(1, 5, EntryType.NORMAL, encode_compact(2)),
+        ]
+    )
     assert results[:4] == [None, None, WriteResult(1), WriteResult(2, kv("a", b"", 2, 2, 1))]
     assert results[4] == WriteResult(2)
     assert node.store.applied_index() == 5
@@ -229,8 +238,15 @@ def test_txn_branches_one_revision_and_get_responses(node: Node) -> None:
     s.take_events()
     txn = encode_txn(
         [Compare("a", "mod", "=", 2), Compare("b", "value", "=", b"2")],
-        [TxnOp("c", get=True), TxnOp("c", b"3"), TxnOp("c", get=True), TxnOp("b"),
-         TxnOp("b", get=True), TxnOp("a", b"1b"), TxnOp("zz")],  # zz: delete of nothing
+        [
+            TxnOp("c", get=True),
+            TxnOp("c", b"3"),
+            TxnOp("c", get=True),
+            TxnOp("b"),
+            TxnOp("b", get=True),
+            TxnOp("a", b"1b"),
+            TxnOp("zz"),
+        ],  # zz: delete of nothing
         [TxnOp("a", get=True)],
     )
     r = node.one(txn)
@@ -289,8 +305,9 @@ BAD_COMMANDS = [
     pytest.param(encode_put("é" * (MAX_KEY_BYTES // 2 + 1), b""), TooLarge, id="key-utf8-long"),
     pytest.param(encode_put("", b"v"), InvalidRequest, id="empty-key"),
     pytest.param(encode_put("a\x00b", b"v"), InvalidRequest, id="nul-in-key"),
-    pytest.param(b"\x94\xa3put\xa3\xed\xa0\x80\xc4\x01v\xc0", InvalidRequest,
-                 id="surrogate-key"),  # a UTF-8-encoded surrogate: not valid UTF-8
+    pytest.param(
+        b"\x94\xa3put\xa3\xed\xa0\x80\xc4\x01v\xc0", InvalidRequest, id="surrogate-key"
+    ),  # a UTF-8-encoded surrogate: not valid UTF-8
     pytest.param(encode_delete(""), InvalidRequest, id="delete-empty-key"),
     pytest.param(b"\xc1\xff\x00", InvalidRequest, id="not-msgpack"),
     pytest.param(msgpack.packb({"op": "put"}), InvalidRequest, id="not-an-array"),
@@ -307,22 +324,32 @@ BAD_COMMANDS = [
     pytest.param(encode_compact(1), Compacted, id="compact-not-above-compacted"),
     pytest.param(encode_compact(99), FutureRevision, id="compact-future"),
     pytest.param(msgpack.packb(["txn", [], []]), InvalidRequest, id="txn-arity"),
-    pytest.param(msgpack.packb(["txn", [["a", "mod", "=="]], [], []]), InvalidRequest,
-                 id="txn-compare-arity"),
-    pytest.param(encode_txn([Compare("a", "mod", "~", 1)], [], []), InvalidRequest,
-                 id="txn-compare-op"),
-    pytest.param(encode_txn([Compare("a", "lease", "=", 1)], [], []), InvalidRequest,
-                 id="txn-compare-target"),
-    pytest.param(encode_txn([Compare("a", "mod", "=", b"1")], [], []), InvalidRequest,
-                 id="txn-compare-operand"),
-    pytest.param(encode_txn([Compare("a", "value", "=", 1)], [], []), InvalidRequest,
-                 id="txn-value-operand"),
-    pytest.param(msgpack.packb(["txn", [], [["put", "a"]], []]), InvalidRequest,
-                 id="txn-op-arity"),
-    pytest.param(msgpack.packb(["txn", [], [["rename", "a", "b"]], []]), InvalidRequest,
-                 id="txn-op-kind"),
-    pytest.param(encode_txn([], [TxnOp("ok", b"1"), TxnOp("big", b"x" * (MAX_VALUE_BYTES + 1))],
-                            []), TooLarge, id="txn-value-too-big"),
+    pytest.param(
+        msgpack.packb(["txn", [["a", "mod", "=="]], [], []]), InvalidRequest, id="txn-compare-arity"
+    ),
+    pytest.param(
+        encode_txn([Compare("a", "mod", "~", 1)], [], []), InvalidRequest, id="txn-compare-op"
+    ),
+    pytest.param(
+        encode_txn([Compare("a", "lease", "=", 1)], [], []), InvalidRequest, id="txn-compare-target"
+    ),
+    pytest.param(
+        encode_txn([Compare("a", "mod", "=", b"1")], [], []),
+        InvalidRequest,
+        id="txn-compare-operand",
+    ),
+    pytest.param(
+        encode_txn([Compare("a", "value", "=", 1)], [], []), InvalidRequest, id="txn-value-operand"
+    ),
+    pytest.param(msgpack.packb(["txn", [], [["put", "a"]], []]), InvalidRequest, id="txn-op-arity"),
+    pytest.param(
+        msgpack.packb(["txn", [], [["rename", "a", "b"]], []]), InvalidRequest, id="txn-op-kind"
+    ),
+    pytest.param(
+        encode_txn([], [TxnOp("ok", b"1"), TxnOp("big", b"x" * (MAX_VALUE_BYTES + 1))], []),
+        TooLarge,
+        id="txn-value-too-big",
+    ),
     pytest.param(encode_txn([], [], [TxnOp("")]), InvalidRequest, id="txn-empty-key"),
     pytest.param(encode_create("a", b"again"), KeyExists, id="create-existing"),
     pytest.param(encode_put("a", b"v", 1), Conflict, id="cas-conflict"),
@@ -334,12 +361,14 @@ BAD_COMMANDS = [
 
 
 @pytest.mark.parametrize(("command", "error"), BAD_COMMANDS)
-def test_failed_command_changes_nothing(tmp_path: Path, command: bytes,
-                                        error: type[StoreError]) -> None:
+def test_failed_command_changes_nothing(
+    tmp_path: Path, command: bytes, error: type[StoreError]
+) -> None:
     n = Node(tmp_path / "s.db", quota_bytes=4000)
     try:
-        n.apply(encode_put("a", b"1"), encode_put("a", b"2"), encode_put("b", b"3"),
-                encode_compact(2))
+        n.apply(
+            encode_put("a", b"1"), encode_put("a", b"2"), encode_put("b", b"3"), encode_compact(2)
+        )
         n.store.take_events()
         before = dump(n.path)
         result = n.one(command)
@@ -356,8 +385,9 @@ def test_non_contiguous_batch_raises_and_applies_nothing(node: Node) -> None:
     node.apply(encode_put("a", b"1"))
     before = dump(node.path)
     with pytest.raises(ValueError, match="does not follow"):
-        node.store.apply([Entry(1, 2, data=encode_put("b", b"")),
-                          Entry(1, 4, data=encode_put("c", b""))])
+        node.store.apply(
+            [Entry(1, 2, data=encode_put("b", b"")), Entry(1, 4, data=encode_put("c", b""))]
+        )
     assert dump(node.path) == before
     assert node.store.applied_index() == 1
 
@@ -429,9 +459,11 @@ def test_paginated_range_is_a_consistent_snapshot_while_writes_continue(node: No
         assert page.revision == rev
         pages.extend(page.kvs)
         # Concurrent churn between pages: new keys inside the range, overwrites, deletes.
-        node.apply(encode_put(f"/pods/p{i * 2 + 1:03d}", b"new"),
-                   encode_put(f"/pods/p{(i * 14) % 100:03d}", b"v1"),
-                   encode_delete(f"/pods/p{(i * 6 + 50) % 100 // 2 * 2:03d}"))
+        node.apply(
+            encode_put(f"/pods/p{i * 2 + 1:03d}", b"new"),
+            encode_put(f"/pods/p{(i * 14) % 100:03d}", b"v1"),
+            encode_delete(f"/pods/p{(i * 6 + 50) % 100 // 2 * 2:03d}"),
+        )
         i += 1
         if not page.more:
             break
@@ -443,8 +475,14 @@ def test_paginated_range_is_a_consistent_snapshot_while_writes_continue(node: No
 
 def test_reads_at_past_revisions_and_after_compaction(node: Node) -> None:
     s = node.store
-    node.apply(encode_put("a", b"1"), encode_put("b", b"1"), encode_put("a", b"2"),  # 2 3 4
-               encode_delete("b"), encode_put("c", b"1"), encode_put("a", b"3"))  # 5 6 7
+    node.apply(
+        encode_put("a", b"1"),
+        encode_put("b", b"1"),
+        encode_put("a", b"2"),  # 2 3 4
+        encode_delete("b"),
+        encode_put("c", b"1"),
+        encode_put("a", b"3"),
+    )  # 5 6 7
     snapshots = {rev: s.range("", revision=rev).kvs for rev in range(1, 8)}
     assert [x.key for x in snapshots[3]] == ["a", "b"]
     assert [x.key for x in snapshots[5]] == ["a"]
@@ -470,8 +508,14 @@ def test_reads_at_past_revisions_and_after_compaction(node: Node) -> None:
 
 def test_events_since_across_compaction_boundary(node: Node) -> None:
     s = node.store
-    node.apply(encode_put("a", b"1"), encode_put("b", b"1"), encode_put("a", b"2"),  # 2 3 4
-               encode_delete("b"), encode_put("c", b"1"), encode_put("a", b"3"))  # 5 6 7
+    node.apply(
+        encode_put("a", b"1"),
+        encode_put("b", b"1"),
+        encode_put("a", b"2"),  # 2 3 4
+        encode_delete("b"),
+        encode_put("c", b"1"),
+        encode_put("a", b"3"),
+    )  # 5 6 7
     every = s.take_events()
     assert s.events_since(0, "", 0) == every == s.events_since(1, "", 0)
     node.one(encode_compact(5))
@@ -486,7 +530,8 @@ def test_events_since_across_compaction_boundary(node: Node) -> None:
         # The first event after the compaction keeps its prev_kv (the kept base row).
         assert s.events_since(6, "", 0) == every[4:]
         assert s.events_since(7, "a", 0) == [
-            Event(EventType.PUT, kv("a", b"3", 2, 7, 3), kv("a", b"2", 2, 4, 2))]
+            Event(EventType.PUT, kv("a", b"3", 2, 7, 3), kv("a", b"2", 2, 4, 2))
+        ]
         assert s.events_since(7, "b", 0) == []
         assert s.events_since(8, "", 0) == []
         assert s.events_since(100, "", 0) == []
@@ -496,9 +541,12 @@ def test_events_since_limit_never_splits_a_revision(tmp_path: Path) -> None:
     # ring 0: every answer from SQLite; 2: the ring keeps f, g (from revision 4 on); 1000: all.
     for ring in (0, 2, 1000):
         n = Node(tmp_path / f"r{ring}.db", history_ring=ring)
-        n.apply(encode_put("a", b""),
-                encode_txn([], [TxnOp(k, b"") for k in "edcb"], []),
-                encode_put("f", b""), encode_put("g", b""))
+        n.apply(
+            encode_put("a", b""),
+            encode_txn([], [TxnOp(k, b"") for k in "edcb"], []),
+            encode_put("f", b""),
+            encode_put("g", b""),
+        )
         # revisions: 2 -> a, 3 -> b c d e, 4 -> f, 5 -> g
 
         def revs(evs: list[Event]) -> list[tuple[int, str]]:
@@ -519,21 +567,27 @@ def test_event_ring_and_sqlite_agree(tmp_path: Path) -> None:
     none = Node(tmp_path / "none.db", history_ring=0)
     try:
         for i in range(40):
-            cmd = (encode_delete(f"k{i % 5}") if i % 7 == 3 else
-                   encode_txn([], [TxnOp(f"k{(i + j) % 6}", bytes([i])) for j in range(3)], [])
-                   if i % 5 == 0 else encode_put(f"k{i % 6}", bytes([i])))
+            cmd = (
+                encode_delete(f"k{i % 5}")
+                if i % 7 == 3
+                else encode_txn([], [TxnOp(f"k{(i + j) % 6}", bytes([i])) for j in range(3)], [])
+                if i % 5 == 0
+                else encode_put(f"k{i % 6}", bytes([i]))
+            )
             assert normalize(small.one(cmd)) == normalize(none.one(cmd))
             for rev in range(1, small.store.revision() + 2):
                 for prefix in ("", "k1"):
-                    assert small.store.events_since(rev, prefix, 0) == \
-                        none.store.events_since(rev, prefix, 0)
+                    assert small.store.events_since(rev, prefix, 0) == none.store.events_since(
+                        rev, prefix, 0
+                    )
     finally:
         small.close()
         none.close()
 
 
-def test_event_ring_respects_its_byte_budget(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_event_ring_respects_its_byte_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(mvcc, "_RING_MAX_BYTES", 1000)
     ring = Node(tmp_path / "ring.db", history_ring=1000)
     plain = Node(tmp_path / "plain.db", history_ring=0)
@@ -552,9 +606,14 @@ def test_event_ring_respects_its_byte_budget(tmp_path: Path,
 
 def test_reads_reject_bad_arguments(node: Node) -> None:
     s = node.store
-    for call_ in (lambda: s.get("\ud800"), lambda: s.range("\ud800"),
-                  lambda: s.range("", start_after="\udfff"), lambda: s.get("a", -1),
-                  lambda: s.range("", revision=-2), lambda: s.events_since(2, "", -1)):
+    for call_ in (
+        lambda: s.get("\ud800"),
+        lambda: s.range("\ud800"),
+        lambda: s.range("", start_after="\udfff"),
+        lambda: s.get("a", -1),
+        lambda: s.range("", revision=-2),
+        lambda: s.events_since(2, "", -1),
+    ):
         with pytest.raises(InvalidRequest):
             call_()
 
@@ -626,8 +685,9 @@ def test_wal_stays_bounded_under_churn(tmp_path: Path) -> None:
         value = os.urandom(KiB)
         max_wal = 0
         for batch in range(500):  # 5,000 overwrites of 20 keys, 10 per apply
-            n.apply(*(encode_put(f"/leases/node-{(batch * 10 + i) % 20}", value)
-                      for i in range(10)))
+            n.apply(
+                *(encode_put(f"/leases/node-{(batch * 10 + i) % 20}", value) for i in range(10))
+            )
             if batch % 50 == 49:
                 n.one(encode_compact(s.revision() - 100))
             max_wal = max(max_wal, s.status().wal_bytes)
@@ -745,10 +805,21 @@ def _model_compare(cur: KeyValue | None, target: str, op: str, operand: Any) -> 
         if actual is None or operand is None:
             return bool({"=": actual == operand, "!=": actual != operand}.get(op, False))
     else:
-        actual = 0 if cur is None else {"mod": cur.mod_revision, "create": cur.create_revision,
-                                        "version": cur.version}[target]
-    return bool({"=": actual == operand, "!=": actual != operand, "<": actual < operand,
-                 ">": actual > operand}[op])
+        actual = (
+            0
+            if cur is None
+            else {"mod": cur.mod_revision, "create": cur.create_revision, "version": cur.version}[
+                target
+            ]
+        )
+    return bool(
+        {
+            "=": actual == operand,
+            "!=": actual != operand,
+            "<": actual < operand,
+            ">": actual > operand,
+        }[op]
+    )
 
 
 class Model:
@@ -768,8 +839,9 @@ class Model:
         return self.states[self.rev]
 
     def logical(self, rows: list[tuple[int, str, int, bytes]], keys: Any) -> int:
-        return (sum(len(k.encode()) + len(v) for _, k, _, v in rows)
-                + sum(len(k.encode()) for k in keys))
+        return sum(len(k.encode()) + len(v) for _, k, _, v in rows) + sum(
+            len(k.encode()) for k in keys
+        )
 
     def _commit(self, writes: dict[str, bytes | None]) -> tuple[int, list[Event]] | StoreError:
         """Apply effective writes (key -> value, None = delete) as one revision."""
@@ -784,8 +856,13 @@ class Model:
                 rows.append((rev, key, 1, b""))
                 events.append(Event(EventType.DELETE, KeyValue(key, b"", 0, rev, 0), prev))
             else:
-                cur = KeyValue(key, value, prev.create_revision if prev else rev, rev,
-                               prev.version + 1 if prev else 1)
+                cur = KeyValue(
+                    key,
+                    value,
+                    prev.create_revision if prev else rev,
+                    rev,
+                    prev.version + 1 if prev else 1,
+                )
                 new[key] = cur
                 rows.append((rev, key, 0, value))
                 events.append(Event(EventType.PUT, cur, prev))
@@ -810,17 +887,16 @@ class Model:
             return WriteResult(self.rev, error=out)
         return WriteResult(out[0], self.kv.get(key), cur)
 
-    def txn(self, compares: list[Compare], success: list[TxnOp],
-            failure: list[TxnOp]) -> TxnResult:
+    def txn(self, compares: list[Compare], success: list[TxnOp], failure: list[TxnOp]) -> TxnResult:
         for ops in (success, failure):
             written = [o.key for o in ops if not o.get]
             if len(written) != len(set(written)):
                 return TxnResult(False, self.rev, error=InvalidRequest("model"))
-        ok = all(_model_compare(self.kv.get(c.key), c.target, c.op, c.operand)
-                 for c in compares)
+        ok = all(_model_compare(self.kv.get(c.key), c.target, c.op, c.operand) for c in compares)
         ops = success if ok else failure
-        writes = {o.key: o.value for o in ops
-                  if not o.get and (o.value is not None or o.key in self.kv)}
+        writes = {
+            o.key: o.value for o in ops if not o.get and (o.value is not None or o.key in self.kv)
+        }
         old = self.kv
         if writes:
             out = self._commit(writes)
@@ -844,8 +920,7 @@ class Model:
         for r, key, kind, _ in self.rows:
             if r <= rev:
                 newest[key] = (r, kind)
-        self.rows = [row for row in self.rows
-                     if row[0] > rev or (newest[row[1]] == (row[0], 0))]
+        self.rows = [row for row in self.rows if row[0] > rev or (newest[row[1]] == (row[0], 0))]
         self.compact = rev
         return WriteResult(self.rev)
 
@@ -858,15 +933,17 @@ class Model:
             raise Compacted("model", self.compact)
         return rev
 
-    def range(self, prefix: str, start_after: str, limit: int, rev: int,
-              count_only: bool) -> RangeResult:
+    def range(
+        self, prefix: str, start_after: str, limit: int, rev: int, count_only: bool
+    ) -> RangeResult:
         r = self.read_rev(rev)
         keys = sorted(k for k in self.states[r] if k.startswith(prefix) and k > start_after)
         if count_only:
             return RangeResult([], r, False, len(keys))
         chosen = keys[:limit] if limit else keys
-        return RangeResult([self.states[r][k] for k in chosen], r, len(chosen) < len(keys),
-                           len(keys))
+        return RangeResult(
+            [self.states[r][k] for k in chosen], r, len(chosen) < len(keys), len(keys)
+        )
 
     def events_since(self, rev: int, prefix: str, limit: int) -> list[Event]:
         if self.compact and rev <= self.compact:
@@ -888,8 +965,12 @@ def normalize(result: Any) -> Any:
     if result is None or result.error is None:
         return result
     err = result.error
-    return (dataclasses.replace(result, error=None), type(err).__name__,
-            getattr(err, "current", None), getattr(err, "compact_revision", None))
+    return (
+        dataclasses.replace(result, error=None),
+        type(err).__name__,
+        getattr(err, "current", None),
+        getattr(err, "compact_revision", None),
+    )
 
 
 def call(fn: Any, *args: Any) -> Any:
@@ -912,20 +993,35 @@ txn_op_st = st.one_of(
 def focused_ops_st(draw: st.DrawFn, pool: list[str]) -> list[TxnOp]:
     """Ops on a few keys, each written at most once, reads interleaved: reads of a key the
     same txn writes before or after, which random ops over all keys rarely produce."""
-    writes = draw(st.lists(
-        st.one_of(st.builds(TxnOp, st.sampled_from(pool), values_st),
-                  st.builds(TxnOp, st.sampled_from(pool))),
-        max_size=3, unique_by=lambda o: o.key))
-    gets = draw(st.lists(st.builds(TxnOp, st.sampled_from(pool), get=st.just(True)),
-                         max_size=3))
+    writes = draw(
+        st.lists(
+            st.one_of(
+                st.builds(TxnOp, st.sampled_from(pool), values_st),
+                st.builds(TxnOp, st.sampled_from(pool)),
+            ),
+            max_size=3,
+            unique_by=lambda o: o.key,
+        )
+    )
+    gets = draw(st.lists(st.builds(TxnOp, st.sampled_from(pool), get=st.just(True)), max_size=3))
     return list(draw(st.permutations(writes + gets)))
 
 
 compare_st = st.one_of(
-    st.builds(Compare, keys_st, st.sampled_from(["mod", "create", "version"]),
-              st.sampled_from(["=", "!=", "<", ">"]), st.integers(0, 12)),
-    st.builds(Compare, keys_st, st.just("value"), st.sampled_from(["=", "!=", "<", ">"]),
-              st.one_of(st.none(), values_st)),
+    st.builds(
+        Compare,
+        keys_st,
+        st.sampled_from(["mod", "create", "version"]),
+        st.sampled_from(["=", "!=", "<", ">"]),
+        st.integers(0, 12),
+    ),
+    st.builds(
+        Compare,
+        keys_st,
+        st.just("value"),
+        st.sampled_from(["=", "!=", "<", ">"]),
+        st.one_of(st.none(), values_st),
+    ),
 )
 
 
@@ -958,14 +1054,18 @@ class MVCCAgainstModel(RuleBasedStateMachine):
     # -- command generation: (encoded command, model thunk)
     def gen_command(self, data: st.DataObject) -> tuple[bytes, Any]:
         m = self.model
-        kind = data.draw(st.sampled_from(
-            ["put", "put", "create", "delete", "cas", "txn", "txn", "compact", "noop", "junk"]))
+        kind = data.draw(
+            st.sampled_from(
+                ["put", "put", "create", "delete", "cas", "txn", "txn", "compact", "noop", "junk"]
+            )
+        )
         key = data.draw(keys_st)
         cur_mod = m.kv[key].mod_revision if key in m.kv else 0
         if kind in ("put", "cas"):
             value = data.draw(values_st)
-            expected = None if kind == "put" else data.draw(
-                st.sampled_from([0, cur_mod, cur_mod + 1]))
+            expected = (
+                None if kind == "put" else data.draw(st.sampled_from([0, cur_mod, cur_mod + 1]))
+            )
             return encode_put(key, value, expected), lambda: m.write("put", key, value, expected)
         if kind == "create":
             value = data.draw(values_st)
@@ -982,8 +1082,10 @@ class MVCCAgainstModel(RuleBasedStateMachine):
             else:
                 success = data.draw(st.lists(txn_op_st, max_size=4))
                 failure = data.draw(st.lists(txn_op_st, max_size=3))
-            return (encode_txn(compares, success, failure),
-                    lambda: m.txn(compares, success, failure))
+            return (
+                encode_txn(compares, success, failure),
+                lambda: m.txn(compares, success, failure),
+            )
         if kind == "compact":
             rev = data.draw(st.integers(max(0, m.compact - 1), m.rev + 1))
             return encode_compact(rev), lambda: m.compact_to(rev)
@@ -1010,9 +1112,9 @@ class MVCCAgainstModel(RuleBasedStateMachine):
             expected.append(normalize(thunk()))
         # Also a conf change in the middle: it only advances the index.
         got = self.node.store.apply(
-            [Entry(1, self.node.index + 1 + i, EntryType.NORMAL, c)
-             for i, c in enumerate(commands)]
-            + [Entry(1, self.node.index + n + 1, EntryType.CONF_CHANGE, b"cc")])
+            [Entry(1, self.node.index + 1 + i, EntryType.NORMAL, c) for i, c in enumerate(commands)]
+            + [Entry(1, self.node.index + n + 1, EntryType.CONF_CHANGE, b"cc")]
+        )
         self.node.index += n + 1
         assert [normalize(r) for r in got] == [*expected, None]
 
@@ -1037,19 +1139,21 @@ class MVCCAgainstModel(RuleBasedStateMachine):
         s, m = self.node.store, self.model
         rev = data.draw(st.integers(0, m.rev + 1))
         key = data.draw(keys_st)
-        assert call(s.get, key, rev) == call(
-            lambda: m.states[m.read_rev(rev)].get(key))
+        assert call(s.get, key, rev) == call(lambda: m.states[m.read_rev(rev)].get(key))
         prefix = data.draw(st.sampled_from(PREFIXES))
         after = data.draw(st.sampled_from(["", *KEYS]))
         limit = data.draw(st.integers(0, 4))
         count_only = data.draw(st.booleans())
-        assert call(lambda: s.range(prefix, start_after=after, limit=limit, revision=rev,
-                                    count_only=count_only)) == \
-            call(m.range, prefix, after, limit, rev, count_only)
+        assert call(
+            lambda: s.range(
+                prefix, start_after=after, limit=limit, revision=rev, count_only=count_only
+            )
+        ) == call(m.range, prefix, after, limit, rev, count_only)
         since = data.draw(st.integers(0, m.rev + 2))
         ev_limit = data.draw(st.integers(0, 5))
-        assert call(s.events_since, since, prefix, ev_limit) == \
-            call(m.events_since, since, prefix, ev_limit)
+        assert call(s.events_since, since, prefix, ev_limit) == call(
+            m.events_since, since, prefix, ev_limit
+        )
 
     @invariant()
     def counters_agree(self) -> None:
@@ -1059,12 +1163,14 @@ class MVCCAgainstModel(RuleBasedStateMachine):
         assert (s.revision(), s.compact_revision()) == (m.rev, m.compact)
         assert s.logical_bytes() == m.logical(m.rows, m.kv)
         assert s.range("") == m.range("", "", 0, 0, False)
-        assert s.take_events() == m.events[self.drained:]
+        assert s.take_events() == m.events[self.drained :]
         self.drained = len(m.events)
 
 
 TestMVCCAgainstModel = MVCCAgainstModel.TestCase
 TestMVCCAgainstModel.settings = settings(
-    max_examples=60, stateful_step_count=40, deadline=None,
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )

@@ -81,8 +81,11 @@ class Recorder:
     async def progress(self, n: int, *, within: float = 30.0) -> None:
         """Until `n` more writes have been acknowledged."""
         target = self.acked_writes + n
-        await wait_for(lambda: self.acked_writes >= target, within=within,
-                       what=f"{n} more acknowledged writes (at {self.acked_writes})")
+        await wait_for(
+            lambda: self.acked_writes >= target,
+            within=within,
+            what=f"{n} more acknowledged writes (at {self.acked_writes})",
+        )
 
 
 async def run_op(
@@ -353,8 +356,9 @@ async def test_linearizable_and_watchers_complete_under_crashes_and_partition(
                 async def watchers_done() -> bool:
                     return all(w.revision >= final_rev for w in watch_logs)
 
-                await cluster.wait_until(watchers_done, within=30,
-                                         what=f"both watchers to reach revision {final_rev}")
+                await cluster.wait_until(
+                    watchers_done, within=30, what=f"both watchers to reach revision {final_rev}"
+                )
                 watchers.cancel_scope.cancel()
 
         # ---- linearizability of the whole history (includes final-state visibility, since
@@ -395,8 +399,11 @@ async def test_linearizable_and_watchers_complete_under_crashes_and_partition(
         # Every acknowledged write is in the watch stream; every write in it was issued; and
         # the order of revisions respects real time (a write that returned before another was
         # called has a lower revision).
-        put_rev = {(e.kv.key, e.kv.value): e.kv.mod_revision
-                   for e in watch_logs[0].events if e.type == EventType.PUT}
+        put_rev = {
+            (e.kv.key, e.kv.value): e.kv.mod_revision
+            for e in watch_logs[0].events
+            if e.type == EventType.PUT
+        }
         issued = {(op.key, op.value) for op in rec.ops if op.kind in ("put", "cas")}
         assert set(put_rev) <= issued, set(put_rev) - issued
         writes = []
@@ -416,10 +423,12 @@ async def test_linearizable_and_watchers_complete_under_crashes_and_partition(
             j = bisect.bisect_left(rets, call)  # writes that returned strictly before `call`
             if j:
                 assert max_rev_before[j - 1] < rev, (call, rev, max_rev_before[j - 1])
-        print(f"history: {len(rec.ops)} operations ({completed} completed, "
-              f"{len(indeterminate)} indeterminate), revisions {start_rev}..{final_rev}, "
-              f"watch batches {[w.batches for w in watch_logs]}, probe answer {probe.answer!r} "
-              f"after {probe.elapsed:.2f}s")
+        print(
+            f"history: {len(rec.ops)} operations ({completed} completed, "
+            f"{len(indeterminate)} indeterminate), revisions {start_rev}..{final_rev}, "
+            f"watch batches {[w.batches for w in watch_logs]}, probe answer {probe.answer!r} "
+            f"after {probe.elapsed:.2f}s"
+        )
 
 
 # ---------------------------------------------------------------------------------- 2
@@ -429,8 +438,14 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
     keys = [f"{prefix}k{i:02d}" for i in range(nkeys)]
     with (
         trio.fail_after(100),
-        Cluster(tmp_path, 3, snapshot_every=50, keep_tail=10,
-                extra_args=["--auto-compaction", "50"], api=False) as cluster,
+        Cluster(
+            tmp_path,
+            3,
+            snapshot_every=50,
+            keep_tail=10,
+            extra_args=["--auto-compaction", "50"],
+            api=False,
+        ) as cluster,
     ):
         cluster.start()
         leader = await cluster.wait_leader()
@@ -469,8 +484,9 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
                 st = None if lead is None else await cluster.status(lead)
                 return st if st is not None and st["compact_revision"] > 0 else None
 
-            lst = await cluster.wait_until(compacted, within=45, what="automatic compaction",
-                                           interval=0.2)
+            lst = await cluster.wait_until(
+                compacted, within=45, what="automatic compaction", interval=0.2
+            )
             assert lst["compact_revision"] >= lst["revision"] - 50 - 400, lst
             # More writes after the compaction, so the next snapshot contains it.
             async with trio.open_nursery() as n:
@@ -532,9 +548,19 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
 
         # The status command agrees: every server applied the same index.
         proc = await trio.run_process(
-            [sys.executable, "-m", "orchestrator", "status", "--endpoints",
-             ",".join(cluster.endpoints), "-o", "json"],
-            capture_stdout=True, capture_stderr=True, check=False,
+            [
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "status",
+                "--endpoints",
+                ",".join(cluster.endpoints),
+                "-o",
+                "json",
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
         )
         assert proc.returncode == 0, proc.stderr.decode()
         report = json.loads(proc.stdout)
@@ -582,6 +608,7 @@ async def test_power_loss_of_every_server_keeps_acknowledged_writes(tmp_path: Pa
 
             cluster.start()
             await cluster.wait_leader(within=30)
+
             async def check_all(endpoint: str | None) -> None:
                 await check_reads(kv, acked_at_cut, unknown, stale_endpoint=endpoint)
 
@@ -639,8 +666,11 @@ async def test_watch_on_a_follower_that_installed_a_snapshot_misses_no_event(
                 lst = await cluster.status(leader)
                 assert lst is not None
                 current = lst["revision"]
-                await wait_for(lambda: across.revision >= current, within=10,
-                               what="the watch across the install to catch up")
+                await wait_for(
+                    lambda: across.revision >= current,
+                    within=10,
+                    what="the watch across the install to catch up",
+                )
                 n.cancel_scope.cancel()
             expected = list(range(start, current + 1))
             assert [e.kv.mod_revision for e in across.events] == expected

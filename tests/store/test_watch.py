@@ -100,8 +100,13 @@ class FakeStore:
                 del self.live[key]
                 events.append(Event(EventType.DELETE, KeyValue(key, b"", 0, self.rev, 0), prev))
             else:
-                kv = KeyValue(key, value, prev.create_revision if prev else self.rev, self.rev,
-                              prev.version + 1 if prev else 1)
+                kv = KeyValue(
+                    key,
+                    value,
+                    prev.create_revision if prev else self.rev,
+                    self.rev,
+                    prev.version + 1 if prev else 1,
+                )
                 self.live[key] = kv
                 events.append(Event(EventType.PUT, kv, prev))
         self.history.extend(events)
@@ -140,7 +145,8 @@ def check_responses(responses: list[WatchResponse], expected: list[Event]) -> li
         got.extend(r.events)
         assert got == [e for e in expected if rev(e) <= r.revision], (
             f"after a response at revision {r.revision} the watcher should have exactly the "
-            f"events up to it")
+            f"events up to it"
+        )
     return got
 
 
@@ -398,8 +404,9 @@ async def test_compaction_during_replay() -> None:
     with trio.fail_after(5):
         w = store.hub.watch("/a/", 3)
         responses = [r async for r in w]
-        assert responses == [WatchResponse([], 2, canceled=True, cancel_reason="compacted",
-                                           compact_revision=15)]
+        assert responses == [
+            WatchResponse([], 2, canceled=True, cancel_reason="compacted", compact_revision=15)
+        ]
     assert store.hub.statistics()["watchers"] == 0
 
 
@@ -451,8 +458,11 @@ async def test_slow_consumer_is_canceled_not_buffered() -> None:
         assert store.hub.statistics()["buffered_events"] == 1  # slow's buffer was dropped
         r = await next_response(slow)
         assert r == WatchResponse(
-            [], 0, canceled=True,
-            cancel_reason="watcher too slow: 6 events behind; re-list and watch again")
+            [],
+            0,
+            canceled=True,
+            cancel_reason="watcher too slow: 6 events behind; re-list and watch again",
+        )
         with pytest.raises(StopAsyncIteration):
             await next_response(slow)
         stats = store.hub.statistics()
@@ -621,7 +631,8 @@ async def test_close_cancels_every_watcher() -> None:
         cancel = WatchResponse([], 5, canceled=True, cancel_reason="server shutting down")
         assert results["live"] == [cancel]
         assert results["replaying"] == [
-            WatchResponse([], 1, canceled=True, cancel_reason="server shutting down")]
+            WatchResponse([], 1, canceled=True, cancel_reason="server shutting down")
+        ]
         after = store.hub.watch("/a/")
         assert [r async for r in after] == [cancel]
         store.put("/a/ignored")
@@ -640,7 +651,8 @@ async def test_close_while_replay_in_flight() -> None:
     with trio.fail_after(5):
         w = store.hub.watch("/a/", 1)
         assert [r async for r in w] == [
-            WatchResponse([], 0, canceled=True, cancel_reason="closing")]
+            WatchResponse([], 0, canceled=True, cancel_reason="closing")
+        ]
 
 
 async def test_cancelled_consumer_task_removes_the_watcher() -> None:
@@ -759,19 +771,36 @@ class Tracked:
 
 
 # An operation is (kind, a, b); the kinds are weighted towards writes and reads.
-KINDS = (["put"] * 6 + ["txn"] * 2 + ["delete"] * 2 + ["noop", "compact", "progress", "cancel"]
-         + ["watch"] * 3 + ["read"] * 6 + ["db"] * 4)
+KINDS = (
+    ["put"] * 6
+    + ["txn"] * 2
+    + ["delete"] * 2
+    + ["noop", "compact", "progress", "cancel"]
+    + ["watch"] * 3
+    + ["read"] * 6
+    + ["db"] * 4
+)
 ops_strategy = st.lists(
     st.tuples(st.sampled_from(KINDS), st.integers(0, 63), st.integers(0, 63)),
-    min_size=20, max_size=100,
+    min_size=20,
+    max_size=100,
 )
 
 
-async def run_scenario(ring_size: int, buffer_limit: int, replay_batch: int,
-                       whole_revisions: bool, prefill: int, ops: list[tuple[str, int, int]],
-                       ) -> tuple[GatedStore, list[Tracked]]:
-    store = GatedStore(ring_size=ring_size, buffer_limit=buffer_limit, replay_batch=replay_batch,
-                       whole_revisions=whole_revisions)
+async def run_scenario(
+    ring_size: int,
+    buffer_limit: int,
+    replay_batch: int,
+    whole_revisions: bool,
+    prefill: int,
+    ops: list[tuple[str, int, int]],
+) -> tuple[GatedStore, list[Tracked]]:
+    store = GatedStore(
+        ring_size=ring_size,
+        buffer_limit=buffer_limit,
+        replay_batch=replay_batch,
+        whole_revisions=whole_revisions,
+    )
     hub = store.hub
     tracked: list[Tracked] = []
 
@@ -798,8 +827,13 @@ async def run_scenario(ring_size: int, buffer_limit: int, replay_batch: int,
                 elif kind == "delete":
                     store.delete(KEYS[a % len(KEYS)])
                 elif kind == "txn":  # bit i of a: write KEYS[i]; bit i of b: as a delete
-                    store.commit([(k, None if b >> i & 1 else b"t")
-                                  for i, k in enumerate(KEYS) if a >> i & 1])
+                    store.commit(
+                        [
+                            (k, None if b >> i & 1 else b"t")
+                            for i, k in enumerate(KEYS)
+                            if a >> i & 1
+                        ]
+                    )
                 elif kind == "noop":
                     store.noop()
                 elif kind == "watch":
@@ -838,15 +872,25 @@ async def run_scenario(ring_size: int, buffer_limit: int, replay_batch: int,
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ring_size=st.integers(0, 6), buffer_limit=st.integers(1, 6),
-       replay_batch=st.integers(1, 4), whole_revisions=st.booleans(),
-       prefill=st.integers(0, 12), ops=ops_strategy)
+@given(
+    ring_size=st.integers(0, 6),
+    buffer_limit=st.integers(1, 6),
+    replay_batch=st.integers(1, 4),
+    whole_revisions=st.booleans(),
+    prefill=st.integers(0, 12),
+    ops=ops_strategy,
+)
 def test_random_interleavings_deliver_exact_history(
-    ring_size: int, buffer_limit: int, replay_batch: int, whole_revisions: bool, prefill: int,
+    ring_size: int,
+    buffer_limit: int,
+    replay_batch: int,
+    whole_revisions: bool,
+    prefill: int,
     ops: list[tuple[str, int, int]],
 ) -> None:
-    store, tracked = trio.run(run_scenario, ring_size, buffer_limit, replay_batch,
-                              whole_revisions, prefill, ops)
+    store, tracked = trio.run(
+        run_scenario, ring_size, buffer_limit, replay_batch, whole_revisions, prefill, ops
+    )
     active = 0
     for t in tracked:
         assert t.done
