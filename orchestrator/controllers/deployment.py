@@ -70,12 +70,11 @@ from ..api.errors import ApiError
 from ..api.jsonvalue import copy_json
 from ..api.schema.columns import now_rfc3339, parse_rfc3339
 from ..api.selectors import LabelSelector, from_label_selector_object
+from .adoption import claim_dependents
 from .podutil import (
-    ORPHAN_INDEX,
     POD_TEMPLATE_HASH_LABEL,
     Cache,
     Obj,
-    claim,
     controller_ref,
     creation_time,
     ensure_orphan_index,
@@ -696,7 +695,9 @@ class DeploymentReconciler:
                 "This deployment is selecting all pods. A non-empty selector is required.",
             )
             return Result()
-        rss = await self._claim(d, selector)
+        rss = await claim_dependents(
+            self.client, d, DEPLOYMENTS, selector, self.replicasets, REPLICASETS
+        )
         sync = _Sync(d, copy_json(status_of(d).get("conditions") or []))
         now = self.clock()
         if meta(d).get("deletionTimestamp"):
@@ -714,53 +715,6 @@ class DeploymentReconciler:
         if strategy == "Recreate":
             return await self._recreate(sync, rss)
         return await self._rolling(sync, rss)
-
-    # ------------------------------------------------------------------ claims
-    async def _claim(self, d: Obj, selector: LabelSelector) -> list[Obj]:
-        uid = str(meta(d).get("uid") or "")
-        ns = str(meta(d).get("namespace") or "")
-        candidates = {object_key(r): r for r in self.replicasets.by_index(OWNER_INDEX, uid)}
-        for rs in self.replicasets.by_index(ORPHAN_INDEX, ns):
-            candidates.setdefault(object_key(rs), rs)
-        claims = claim(d, selector, candidates.values())
-        adopted = {id(r) for r in claims.adopt}
-        if claims.adopt:
-            fresh = await self.client.get(DEPLOYMENTS, str(meta(d).get("name")), ns)
-            if meta(fresh).get("uid") != uid or meta(fresh).get("deletionTimestamp"):
-                return [r for r in claims.owned if id(r) not in adopted]
-        ref = controller_ref(d, API_VERSION, KIND)
-        owned: list[Obj] = []
-        for rs in claims.owned:
-            if id(rs) in adopted:
-                patched = await self._patch_refs(
-                    rs, [*(meta(rs).get("ownerReferences") or []), ref]
-                )
-                if patched is None:
-                    continue
-                rs = patched
-            owned.append(rs)
-        for rs in claims.release:
-            await self._patch_refs(
-                rs, [r for r in meta(rs).get("ownerReferences") or [] if r.get("uid") != uid]
-            )
-        return owned
-
-    async def _patch_refs(self, rs: Obj, refs: list[Obj]) -> Obj | None:
-        m = meta(rs)
-        body = {
-            "metadata": {
-                "ownerReferences": refs or None,
-                "resourceVersion": m.get("resourceVersion"),
-            }
-        }
-        try:
-            return await self.client.patch(
-                REPLICASETS, str(m.get("name")), body, str(m.get("namespace"))
-            )
-        except ApiError as exc:
-            if exc.code == 404:
-                return None
-            raise
 
     # ------------------------------------------------------------------ the new ReplicaSet
     async def _new_and_old(

@@ -51,12 +51,11 @@ from ..api.errors import ApiError
 from ..api.jsonvalue import copy_json
 from ..api.schema.columns import now_rfc3339
 from ..api.selectors import LabelSelector, from_label_selector_object
+from .adoption import claim_dependents
 from .podutil import (
-    ORPHAN_INDEX,
     Cache,
     Expectations,
     Obj,
-    claim,
     controller_ref,
     creation_time,
     ensure_orphan_index,
@@ -73,7 +72,6 @@ from .runtime.controller import Controller, Result, enqueue_owner
 from .runtime.events import EventRecorder
 from .runtime.informer import (
     NAMESPACE_INDEX,
-    OWNER_INDEX,
     SharedInformer,
     controller_of,
     deleted_object,
@@ -212,14 +210,13 @@ class ReplicaSetReconciler:
         if rs is None:
             self.expectations.forget(key)
             return Result()
-        ns = str(meta(rs).get("namespace") or "")
         spec = rs.get("spec") or {}
         try:
             selector = from_label_selector_object(spec.get("selector"))
         except ApiError as exc:
             log.warning("replicaset %s: invalid selector: %s", key, exc)
             return Result()
-        owned = await self._claim(rs, selector, ns)
+        owned = await claim_dependents(self.client, rs, REPLICASETS, selector, self.pods, PODS)
         active = [p for p in owned if is_pod_active(p)]
 
         now = self.clock()
@@ -245,49 +242,6 @@ class ReplicaSetReconciler:
         if status_result is not None:
             return status_result
         return self._requeue(key, rs, active, now, acted)
-
-    # ------------------------------------------------------------------ claim
-    async def _claim(self, rs: Obj, selector: LabelSelector, ns: str) -> list[Obj]:
-        uid = str(meta(rs).get("uid") or "")
-        candidates = {object_key(p): p for p in self.pods.by_index(OWNER_INDEX, uid)}
-        for pod in self.pods.by_index(ORPHAN_INDEX, ns):
-            candidates.setdefault(object_key(pod), pod)
-        claims = claim(rs, selector, candidates.values())
-        if claims.adopt:
-            fresh = await self.client.get(REPLICASETS, str(meta(rs).get("name")), ns)
-            adopted = {id(p) for p in claims.adopt}
-            if meta(fresh).get("uid") != uid or meta(fresh).get("deletionTimestamp"):
-                return [p for p in claims.owned if id(p) not in adopted]
-        ref = controller_ref(rs, RS_API_VERSION, RS_KIND)
-        owned: list[Obj] = []
-        adopted = {id(p) for p in claims.adopt}
-        for pod in claims.owned:
-            if id(pod) in adopted:
-                refs = [*(meta(pod).get("ownerReferences") or []), ref]
-                patched = await self._patch_refs(pod, refs)
-                if patched is None:
-                    continue
-                pod = patched
-            owned.append(pod)
-        for pod in claims.release:
-            refs = [r for r in meta(pod).get("ownerReferences") or [] if r.get("uid") != uid]
-            await self._patch_refs(pod, refs)
-        return owned
-
-    async def _patch_refs(self, pod: Obj, refs: list[Obj]) -> Obj | None:
-        m = meta(pod)
-        body = {
-            "metadata": {
-                "ownerReferences": refs or None,
-                "resourceVersion": m.get("resourceVersion"),
-            }
-        }
-        try:
-            return await self.client.patch(PODS, str(m.get("name")), body, str(m.get("namespace")))
-        except ApiError as exc:
-            if exc.code == 404:
-                return None
-            raise
 
     # ------------------------------------------------------------------ manage
     async def _create(self, rs: Obj, key: str, count: int) -> ApiError | None:
