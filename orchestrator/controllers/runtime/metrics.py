@@ -33,6 +33,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
@@ -97,7 +98,7 @@ def _format_labels(pairs: Iterable[tuple[str, str]]) -> str:
 _Child = TypeVar("_Child")
 
 
-class _Family(Generic[_Child]):
+class _Family(ABC, Generic[_Child]):
     """What the three metric types share: name, help, label names, children by label values."""
 
     type_name = ""
@@ -118,8 +119,8 @@ class _Family(Generic[_Child]):
         self.labelnames: tuple[str, ...] = tuple(labelnames)
         self._children: dict[tuple[str, ...], _Child] = {}
 
-    def _new_child(self) -> _Child:
-        raise NotImplementedError
+    @abstractmethod
+    def _new_child(self) -> _Child: ...
 
     def labels(self, *values: str, **by_name: str) -> _Child:
         """The child for these label values (positional in `labelnames` order, or by name)."""
@@ -157,8 +158,8 @@ class _Family(Generic[_Child]):
         for key in sorted(self._children):
             yield tuple(zip(self.labelnames, key, strict=True)), self._children[key]
 
-    def _samples(self) -> Iterator[str]:
-        raise NotImplementedError
+    @abstractmethod
+    def _samples(self) -> Iterator[str]: ...
 
     def render(self) -> str:
         """This family in text format: HELP and TYPE lines, then one line per sample."""
