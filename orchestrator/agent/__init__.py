@@ -32,8 +32,8 @@ __all__ = [
 FIELD_MANAGER = "kubelet"
 
 
-def node_client(api: Api, node_name: str) -> InProcessClient:
+def node_client(api: Api, node_name: str, *, field_manager: str = FIELD_MANAGER) -> InProcessClient:
     """An in-process client acting as node `node_name` (system:node:<name>, system:nodes), so
     NodeRestriction applies to the embedded agent exactly as to a remote one."""
     user = User(f"system:node:{node_name}", ("system:nodes", "system:authenticated"))
-    return InProcessClient(api, user, field_manager=FIELD_MANAGER)
+    return InProcessClient(api, user, field_manager=field_manager)

@@ -43,6 +43,7 @@ from typing import Any
 import trio
 
 from ..api.errors import ApiError
+from ..api.schema.columns import now_rfc3339
 from ..client.resource import LEASES, NODES
 from ..controllers.runtime.client import Client
 from ..cri.runtime import CriError, RuntimeService, RuntimeStatus, RuntimeVersion
@@ -68,14 +69,29 @@ REGISTER_BACKOFF_MAX = 10.0
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
-def _rfc3339(now: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-
-
-def _micro(now: float) -> str:
+def micro_time(now: float) -> str:
     whole = math.floor(now)
     micros = min(int((now - whole) * 1_000_000), 999_999)
     return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(whole))}.{micros:06d}Z"
+
+
+def lease_object(node: str, node_uid: str, duration: int, now: float) -> Obj:
+    """The node's heartbeat Lease in kube-node-lease, owned by its Node when the uid is known."""
+    meta: Obj = {"name": node, "namespace": NODE_LEASE_NAMESPACE}
+    if node_uid:
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}
+        ]
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": meta,
+        "spec": {
+            "holderIdentity": node,
+            "leaseDurationSeconds": duration,
+            "renewTime": micro_time(now),
+        },
+    }
 
 
 # ---------------------------------------------------------------------------------- host facts
@@ -183,7 +199,7 @@ def node_status(
 ) -> Obj:
     """The Node status to report. `previous`: the last reported status, whose conditions keep
     their lastTransitionTime while their status is unchanged."""
-    stamp = _rfc3339(now)
+    stamp = now_rfc3339(now)
     before = {
         c.get("type"): c for c in (previous or {}).get("conditions") or [] if isinstance(c, dict)
     }
@@ -309,21 +325,7 @@ class NodeReporter:
         )
 
     def _lease(self, now: float) -> Obj:
-        meta: Obj = {"name": self.name, "namespace": NODE_LEASE_NAMESPACE}
-        if self.uid:
-            meta["ownerReferences"] = [
-                {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self.uid}
-            ]
-        return {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": meta,
-            "spec": {
-                "holderIdentity": self.name,
-                "leaseDurationSeconds": self.opts.lease_duration,
-                "renewTime": _micro(now),
-            },
-        }
+        return lease_object(self.name, self.uid, self.opts.lease_duration, now)
 
     async def register_once(self) -> None:
         status = await self.current_status()

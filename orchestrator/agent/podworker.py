@@ -72,6 +72,7 @@ from typing import Any, Protocol
 import trio
 
 from ..api.errors import ApiError
+from ..api.schema.columns import now_rfc3339
 from ..client.resource import PODS
 from ..controllers.runtime.client import Client
 from ..cri.runtime import (
@@ -151,12 +152,8 @@ def _spec(obj: Obj) -> Obj:
     return s if isinstance(s, dict) else {}
 
 
-def _rfc3339(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
-
-
 def _ns_time(ns: int) -> str:
-    return _rfc3339(ns / 1e9)
+    return now_rfc3339(ns / 1e9)
 
 
 def go_duration(seconds: float) -> str:
@@ -553,7 +550,7 @@ def pod_status(pod: Obj, view: PodView, inp: StatusInputs) -> Obj:
     old_conditions = {
         c.get("type"): c for c in before.get("conditions") or [] if isinstance(c, dict)
     }
-    stamp = _rfc3339(inp.now)
+    stamp = now_rfc3339(inp.now)
 
     def cond(type_: str, ok: bool, reason: str = "", message: str = "") -> Obj:
         status = "True" if ok else "False"
@@ -800,7 +797,7 @@ class PodWorker:
         now_t = trio.current_time()
         wake_at = now_t + self.ctx.options.resync_interval
         if not self._start_time:
-            self._start_time = _rfc3339(self.ctx.clock())
+            self._start_time = now_rfc3339(self.ctx.clock())
         if self._reported_phase in TERMINAL:
             await self._stop_sandboxes(view, remove=False)
             self._cancel_probes(set())

@@ -69,9 +69,11 @@ from typing import Any
 
 import trio
 
-from ..api.auth.authn import User
+from ..agent import node_client as agent_node_client
+from ..agent.node import NODE_LEASE_NAMESPACE, lease_object, micro_time
 from ..api.errors import ApiError
 from ..api.resources import Api
+from ..api.schema.columns import now_rfc3339
 from ..client.resource import LEASES, NODES, PODS
 from ..controllers.runtime.client import Client, InProcessClient
 
@@ -90,7 +92,6 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-NODE_LEASE_NAMESPACE = "kube-node-lease"
 KUBELET_VERSION = "v1.32.0-sim"
 RUNTIME_VERSION = "simulated://1"
 FIELD_MANAGER = "simulated-kubelet"
@@ -101,20 +102,9 @@ _TERMINAL = frozenset({"Succeeded", "Failed"})
 _POD_CONDITIONS = ("PodScheduled", "Initialized", "ContainersReady", "Ready")
 
 
-def _rfc3339(now: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-
-
-def _micro(now: float) -> str:
-    whole = math.floor(now)
-    micros = min(int((now - whole) * 1_000_000), 999_999)
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(whole))}.{micros:06d}Z"
-
-
 def node_client(api: Api, name: str) -> InProcessClient:
     """An in-process client acting as node `name` (NodeRestriction applies to its writes)."""
-    user = User(f"system:node:{name}", ("system:nodes", "system:authenticated"))
-    return InProcessClient(api, user, field_manager=FIELD_MANAGER)
+    return agent_node_client(api, name, field_manager=FIELD_MANAGER)
 
 
 @dataclass(slots=True)
@@ -207,7 +197,7 @@ class SimulatedNode:
     # ------------------------------------------------------------------ objects
     def node_status(self, now: float) -> Obj:
         """The Node status this agent reports."""
-        stamp = _rfc3339(now)
+        stamp = now_rfc3339(now)
         resources = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.max_pods)}
 
         def cond(type_: str, status: str, reason: str, message: str) -> Obj:
@@ -268,21 +258,7 @@ class SimulatedNode:
         }
 
     def _lease(self, now: float) -> Obj:
-        meta: Obj = {"name": self.name, "namespace": NODE_LEASE_NAMESPACE}
-        if self.uid:
-            meta["ownerReferences"] = [
-                {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self.uid}
-            ]
-        return {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": meta,
-            "spec": {
-                "holderIdentity": self.name,
-                "leaseDurationSeconds": self.lease_duration,
-                "renewTime": _micro(now),
-            },
-        }
+        return lease_object(self.name, self.uid, self.lease_duration, now)
 
     def _pod_ip(self, key: str) -> str:
         octet = self._ips_used.get(key)
@@ -302,7 +278,7 @@ class SimulatedNode:
 
     def pod_status(self, pod: Obj, key: str, now: float) -> Obj:
         """The Running/Ready status this node reports for `pod`."""
-        stamp = _rfc3339(now)
+        stamp = now_rfc3339(now)
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or key)
         statuses = []
@@ -515,7 +491,7 @@ class _Engine:
 
     async def _renew_lease(self, node: SimulatedNode) -> None:
         now = node.clock()
-        patch = {"spec": {"renewTime": _micro(now), "holderIdentity": node.name}}
+        patch = {"spec": {"renewTime": micro_time(now), "holderIdentity": node.name}}
         try:
             await node.client.patch(LEASES, node.name, patch, NODE_LEASE_NAMESPACE)
         except ApiError as exc:
