@@ -82,7 +82,7 @@ import trio
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from benchlib import cluster_lib, cpu_self, percentile  # noqa: E402  (path set above)
+from benchlib import cluster_lib, cpu_self, machine_cpu, percentile, wait_quiet  # noqa: E402  (path set above)
 
 STAMP_LEN = 24  # "%023.9f " of CLOCK_MONOTONIC; a multiple of 3, so base64 splits cleanly
 STAMP_B64 = STAMP_LEN * 4 // 3
@@ -650,29 +650,6 @@ def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-def _machine_cpu() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    tick = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    total = sum(fields[:8])  # guest time is already in user
-    return (total - idle) / tick, total / tick
-
-
-def _wait_quiet(max_wait: float, busy_limit: float = 0.25) -> float:
-    """Wait (up to max_wait s) until the machine is at most busy_limit busy over 1 s, so that
-    load started by others does not land in a measurement. Returns the last busy fraction."""
-    deadline = time.monotonic() + max_wait
-    while True:
-        b0, t0 = _machine_cpu()
-        time.sleep(1.0)
-        b1, t1 = _machine_cpu()
-        busy = (b1 - b0) / max(1e-9, t1 - t0)
-        if busy <= busy_limit or time.monotonic() >= deadline:
-            return busy
-
-
 def _main_and_process_cpu(pid: int) -> tuple[float, float]:
     """(main thread, whole process) user + system CPU seconds of a live process. Per-thread
     figures for the other threads are not usable: trio's worker threads come and go, and the
@@ -745,7 +722,7 @@ def run_point(
     args: argparse.Namespace,
     profile_pid: int | None = None,
 ) -> dict[str, Any]:
-    idle_busy = _wait_quiet(args.quiet_wait) if args.quiet_wait > 0 else 0.0
+    idle_busy = wait_quiet(args.quiet_wait) if args.quiet_wait > 0 else 0.0
     shares = _split(concurrency, args.client_procs)
     start_at = time.monotonic() + args.startup_s
     prefix = f"/bench/{system}-{client}-s{n_servers}c{concurrency}/"
@@ -791,9 +768,9 @@ def run_point(
             stderr=subprocess.PIPE,
         )
         leader0 = _main_and_process_cpu(profile_pid)
-    cpu0, mach0 = _cpu_of(server_pids), _machine_cpu()
+    cpu0, mach0 = _cpu_of(server_pids), machine_cpu()
     time.sleep(max(0.0, start_at + args.duration - time.monotonic()))
-    cpu1, mach1 = _cpu_of(server_pids), _machine_cpu()
+    cpu1, mach1 = _cpu_of(server_pids), machine_cpu()
     leader_threads: dict[str, float] = {}
     if profile_pid is not None:
         main1, proc1 = _main_and_process_cpu(profile_pid)
