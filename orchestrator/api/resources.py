@@ -184,7 +184,13 @@ class Api:
     def _admit(self, call: Call, verb: str, kind: Kind, obj: Obj, old: Obj | None, sub: str) -> Obj:
         """Schema validation (prune, defaults), kind defaults and checks, node restriction."""
         name = str((obj.get("metadata") or {}).get("name", ""))
-        checked = validate(kind.schema, obj, strict=call.opts.field_validation == "Strict")
+        checked = validate(
+            kind.schema,
+            obj,
+            strict=call.opts.field_validation == "Strict",
+            # A built-in kind's schema is fixed, so what the stored object shares is valid.
+            old=None if kind.custom else old,
+        )
         if checked.unknown:
             if call.opts.field_validation == "Strict":
                 raise strict_error(checked.unknown)

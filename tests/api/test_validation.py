@@ -137,6 +137,29 @@ def test_valid_object_is_defaulted_and_input_untouched() -> None:
     assert v.obj["spec"]["selector"] is not obj["spec"]["selector"]
 
 
+def test_parts_shared_with_the_stored_object_are_copied_not_checked() -> None:
+    """An update that shares a subtree (by identity) with the stored object it replaces takes
+    it as already valid; an equal copy, or `True` where `1` was stored, is checked as sent."""
+    stored = validate(DEPLOYMENT, deployment(replicas=1), strict=True).obj
+    stored["spec"]["template"] = {"spec": {"containers": [{"image": "x"}]}}  # no name: invalid
+    update = {**stored, "spec": {**stored["spec"], "code": "ok"}}
+    v = validate(DEPLOYMENT, update, strict=True, old=stored)
+    assert v.causes == []
+    assert v.obj["spec"]["template"] == stored["spec"]["template"]
+    assert v.obj["spec"]["template"] is not stored["spec"]["template"]  # still a new object
+
+    equal = copy.deepcopy(update)
+    assert messages(validate(DEPLOYMENT, equal, strict=True, old=stored)) == [
+        "spec.template.spec.containers[0].name: Required value"
+    ]
+    flipped = {**stored, "spec": {**stored["spec"], "replicas": True}}
+    del flipped["spec"]["template"]
+    assert messages(validate(DEPLOYMENT, flipped, strict=True, old=stored)) == [
+        'spec.replicas: Invalid value: "boolean": spec.replicas in body must be of type '
+        'integer: "boolean"'
+    ]
+
+
 def test_kubernetes_wording() -> None:
     v = validate(DEPLOYMENT, deployment(replicas=-1, restartPolicy="Sometimes"), strict=True)
     assert messages(v) == [

@@ -68,15 +68,21 @@ class Validated:
         return not self.causes
 
 
-def validate(schema: Schema, obj: Any, *, strict: bool) -> Validated:
+def validate(schema: Schema, obj: Any, *, strict: bool, old: Any = None) -> Validated:
     """Prune, default and validate `obj` against `schema`; see the module docstring.
 
     `strict` only records the caller's intent (fieldValidation=Strict): both modes prune unknown
     fields from `obj` and list them in `unknown`; strict callers answer `strict_error(unknown)`.
+
+    `old`: the stored object an update replaces, itself an earlier output of `validate` with
+    this same schema. A part of `obj` that IS (identity, not equality: `True == 1`) the same
+    part of `old` is already pruned, defaulted and valid, so it is copied without a walk —
+    a status update shares the whole spec with the stored object. Callers pass `old` only
+    when the schema cannot have changed since `old` was stored (built-in kinds).
     """
     walker = _Walker()
     try:
-        out = walker.walk(schema, obj, "")
+        out = walker.walk(schema, obj, "", old)
     except RecursionError:
         return Validated(obj, [Cause("", 'Invalid value: "object": nested too deeply')], [])
     return Validated(out, walker.causes, walker.unknown)
@@ -203,6 +209,72 @@ def _valid_byte(s: str) -> bool:
     return True
 
 
+# -- per-schema-node facts ------------------------------------------------------------------------
+
+
+class _Plan:
+    """What `walk` reads from one schema node, looked up once per node instead of once per
+    value: most nodes have no bounds, pattern, format or enum, and most properties no
+    default, so the checks that cannot fire are skipped without a dictionary lookup each."""
+
+    __slots__ = (
+        "addl",
+        "defaults",
+        "embedded",
+        "enum",
+        "int_or_string",
+        "nullable",
+        "numeric_checks",
+        "preserve",
+        "props",
+        "required",
+        "schema",
+        "string_checks",
+        "type",
+    )  # fmt: skip
+
+    def __init__(self, s: Schema) -> None:
+        self.schema = s  # held, so the id() keying the cache is not reused while cached
+        self.type = s.get("type")
+        self.nullable = s.get("nullable") is True
+        self.preserve = s.get("x-kubernetes-preserve-unknown-fields") is True
+        self.int_or_string = s.get("x-kubernetes-int-or-string") is True
+        self.string_checks = any(k in s for k in ("maxLength", "minLength", "pattern", "format"))
+        self.numeric_checks = any(
+            k in s
+            for k in (
+                "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+                "format",
+            )
+        )  # fmt: skip
+        enum = s.get("enum")
+        self.enum = isinstance(enum, list) and bool(enum)
+        props = s.get("properties")
+        self.props: dict[str, Any] = props if isinstance(props, dict) else {}
+        self.addl = s.get("additionalProperties")
+        self.embedded = s.get("x-kubernetes-embedded-resource") is True
+        self.defaults = [
+            (k, ps) for k, ps in self.props.items() if isinstance(ps, dict) and "default" in ps
+        ]
+        required = s.get("required")
+        self.required = (
+            [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+        )
+
+
+_PLANS: dict[int, _Plan] = {}
+_MAX_PLANS = 50_000  # schema nodes; custom resources' schemas come and go with their CRDs
+
+
+def _plan(s: Schema) -> _Plan:
+    p = _PLANS.get(id(s))
+    if p is None or p.schema is not s:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        p = _PLANS[id(s)] = _Plan(s)
+    return p
+
+
 # -- the walk -------------------------------------------------------------------------------------
 
 
@@ -225,44 +297,49 @@ class _Walker:
             )
         )
 
-    def walk(self, s: Any, v: Any, path: str) -> Any:
-        if not isinstance(s, dict):
+    def walk(self, s: Any, v: Any, path: str, o: Any = None) -> Any:
+        if not isinstance(s, dict) or (o is v and o is not None):
             return copy_json(v)
-        if v is None and s.get("nullable") is True:
+        p = _plan(s)
+        if v is None and p.nullable:
             return None
-        preserve = s.get("x-kubernetes-preserve-unknown-fields") is True
-        if s.get("x-kubernetes-int-or-string") is True:
+        if p.int_or_string:
             return self._int_or_string(s, v, path)
-        t = s.get("type")
+        t = p.type
         if t == "object" or (t is None and isinstance(v, dict) and _is_object_schema(s)):
             if not isinstance(v, dict):
                 self._type_error(path, v, "object")
                 return copy_json(v)
-            out: Any = self._object(s, v, path, preserve)
+            out: Any = self._object(p, v, path, o if type(o) is dict else None)
         elif t == "array" or (t is None and isinstance(v, list) and "items" in s):
             if not isinstance(v, list):
                 self._type_error(path, v, "array")
                 return copy_json(v)
-            out = self._array(s, v, path)
+            out = self._array(s, v, path, o if type(o) is list else None)
         elif t == "string":
             if not isinstance(v, str):
                 self._type_error(path, v, "string")
                 return copy_json(v)
-            self._string(s, v, path)
-            out = v
+            if p.string_checks:
+                self._string(s, v, path)
+            if p.enum:
+                self._enum(s, v, path)
+            return v
         elif t == "integer":
             if isinstance(v, float) and v.is_integer():
                 v = int(v)
             if _int(v) is None:
                 self._type_error(path, v, "integer")
                 return copy_json(v)
-            self._numeric(s, v, path)
+            if p.numeric_checks:
+                self._numeric(s, v, path)
             out = v
         elif t == "number":
             if _number(v) is None:
                 self._type_error(path, v, "number")
                 return copy_json(v)
-            self._numeric(s, v, path)
+            if p.numeric_checks or v != v:  # NaN is refused whatever the bounds
+                self._numeric(s, v, path)
             out = v
         elif t == "boolean":
             if not isinstance(v, bool):
@@ -272,7 +349,8 @@ class _Walker:
         else:
             # No (known) type: anything goes (preserve-unknown-fields or a lenient schema).
             out = copy_json(v)
-        self._enum(s, out, path)
+        if p.enum:
+            self._enum(s, out, path)
         return out
 
     def _int_or_string(self, s: Schema, v: Any, path: str) -> Any:
@@ -313,12 +391,10 @@ class _Walker:
             )
         return v
 
-    def _object(self, s: Schema, v: dict[str, Any], path: str, preserve: bool) -> dict[str, Any]:
-        props = s.get("properties")
-        if not isinstance(props, dict):
-            props = {}
-        addl = s.get("additionalProperties")
-        embedded = s.get("x-kubernetes-embedded-resource") is True
+    def _object(
+        self, p: _Plan, v: dict[str, Any], path: str, o: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        props, addl, embedded, preserve = p.props, p.addl, p.embedded, p.preserve
         out: dict[str, Any] = {}
         for k, val in v.items():
             if not isinstance(k, str):
@@ -327,11 +403,11 @@ class _Walker:
             if ps is not None:
                 if val is None and not (isinstance(ps, dict) and ps.get("nullable") is True):
                     continue  # a null is an absent field
-                out[k] = self.walk(ps, val, _child(path, k))
+                out[k] = self.walk(ps, val, _child(path, k), o.get(k) if o else None)
             elif isinstance(addl, dict):
                 if val is None and addl.get("nullable") is not True:
                     continue
-                out[k] = self.walk(addl, val, _key(path, k))
+                out[k] = self.walk(addl, val, _key(path, k), o.get(k) if o else None)
             elif addl is True or preserve:
                 out[k] = copy_json(val)
             elif (embedded or path == "") and k in _EMBEDDED_META:
@@ -340,24 +416,27 @@ class _Walker:
                 out[k] = copy_json(val)
             else:
                 self.unknown.append(_child(path, k))
-        for k, ps in props.items():
-            if k not in out and isinstance(ps, dict) and "default" in ps:
+        for k, ps in p.defaults:
+            if k not in out:
                 default = ps["default"]
                 if default is None and ps.get("nullable") is not True:
                     continue
                 out[k] = self.walk(ps, copy_json(default), _child(path, k))
-        required = s.get("required")
-        if isinstance(required, list):
-            for r in required:
-                if isinstance(r, str) and r not in out:
-                    self.causes.append(
-                        Cause(_child(path, r), "Required value", "FieldValueRequired")
-                    )
+        for r in p.required:
+            if r not in out:
+                self.causes.append(Cause(_child(path, r), "Required value", "FieldValueRequired"))
         return out
 
-    def _array(self, s: Schema, v: list[Any], path: str) -> list[Any]:
+    def _array(self, s: Schema, v: list[Any], path: str, o: list[Any] | None) -> list[Any]:
         items = s.get("items")
-        out = [self.walk(items, x, _index(path, i)) for i, x in enumerate(v)]
+        if o:
+            n = len(o)
+            out = [
+                self.walk(items, x, _index(path, i), o[i] if i < n else None)
+                for i, x in enumerate(v)
+            ]
+        else:
+            out = [self.walk(items, x, _index(path, i)) for i, x in enumerate(v)]
         lo, hi = _int(s.get("minItems")), _int(s.get("maxItems"))
         if lo is not None and len(out) < lo:
             where = f"{path} in body" if path else "body"
