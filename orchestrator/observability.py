@@ -28,6 +28,8 @@ POST, PUT, PATCH, APPLY, DELETE, DELETECOLLECTION, or the HTTP method for non-re
 `resource` is `pods`, `pods/status`, ... and empty for non-resource paths),
 `agent_pod_start_duration_seconds` kubelet's `kubelet_pod_start_duration_seconds` and
 `agent_cri_call_duration_seconds{method}` kubelet's `kubelet_runtime_operations_duration_seconds`.
+`certificate_expiration_timestamp_seconds{cert}` is the expiry of each certificate in use (set by
+`api.auth.renewal` whenever it reads the files; alert on `... - time() < 30 * 86400`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = [
     "API_REQUESTS",
     "API_REQUEST_DURATION",
     "API_WATCHERS",
+    "CERT_EXPIRATION",
     "CRI_CALL_DURATION",
     "POD_START_DURATION",
     "RAFT_COMMIT_DURATION",
@@ -312,6 +315,14 @@ class ApiRequestMetrics:
             hist = self._durations[verb, resource] = API_REQUEST_DURATION.labels(verb, resource)
         hist.observe(seconds)
 
+
+# ---------------------------------------------------------------------------------- certificates
+CERT_EXPIRATION = REGISTRY.gauge(
+    "certificate_expiration_timestamp_seconds",
+    "Expiry (unix time) of a certificate this process serves or dials with: cert=ca, apiserver, "
+    "apiserver-kubelet-client, kubelet (renewed automatically within 120 days, 30 for kubelet).",
+    ["cert"],
+)
 
 # ---------------------------------------------------------------------------------- agent
 POD_START_DURATION = REGISTRY.histogram(

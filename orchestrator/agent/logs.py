@@ -47,6 +47,7 @@ How the agent uses it
     # own key, certificate signed by the server, `servingcert`).
     endpoint = LogEndpoint(data_dir, resolve_pod, tls=tls, host="0.0.0.0", port=10250)
     port = await nursery.start(endpoint.run)   # report it as status.daemonEndpoints.kubeletEndpoint
+    certs.on_reload(leaf, endpoint.reload_tls)  # `api.auth.renewal`: renewed certs, no restart
 
 `resolve_pod(namespace, name)` returns the agent's current pod object (at least `metadata.uid`,
 `spec.containers`/`initContainers`, and `status.containerStatuses` as the agent last computed them)
@@ -72,8 +73,8 @@ import trio
 
 from ..api import errors
 from ..api.auth.authn import User, user_from_certificate
-from ..api.auth.pki import Pki, atomic_write, issue_serving_cert
-from ..api.auth.tls import client_cert_der, serve
+from ..api.auth.pki import Pki, issue_serving_cert, pair_lock, write_pair
+from ..api.auth.tls import ReloadableContext, client_cert_der, serve
 from ..api.errors import ApiError
 
 __all__ = [
@@ -529,8 +530,7 @@ class EndpointTLS:
         `directory/kubelet.crt` and `kubelet.key`."""
         cert, key = issue_serving_cert(pki, f"system:node:{node_name}", [node_name, *sans])
         cert_path, key_path = Path(directory) / "kubelet.crt", Path(directory) / "kubelet.key"
-        atomic_write(key_path, key, 0o600)
-        atomic_write(cert_path, cert, 0o644)
+        write_pair(cert_path, key_path, cert, key)
         return cls(cert_path, key_path, pki.ca_pem)
 
     def ssl_context(self) -> ssl.SSLContext:
@@ -538,7 +538,8 @@ class EndpointTLS:
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         ctx.options |= ssl.OP_NO_COMPRESSION
-        ctx.load_cert_chain(certfile=str(self.cert_path), keyfile=str(self.key_path))
+        with pair_lock(self.cert_path):
+            ctx.load_cert_chain(certfile=str(self.cert_path), keyfile=str(self.key_path))
         ctx.load_verify_locations(cadata=self.ca_pem.decode("ascii"))
         ctx.verify_mode = ssl.CERT_REQUIRED
         ctx.set_alpn_protocols(["http/1.1"])
@@ -575,6 +576,7 @@ class LogEndpoint:
         self.clock = clock
         self._ca_cert: Any = None
         self._streams = 0  # responses being streamed now
+        self._context: ReloadableContext | None = None
 
     def statistics(self) -> dict[str, int]:
         return {"open_streams": self._streams}
@@ -583,10 +585,17 @@ class LogEndpoint:
         from cryptography import x509
 
         self._ca_cert = x509.load_pem_x509_certificate(self.tls.ca_pem)
-        context = await trio.to_thread.run_sync(self.tls.ssl_context)
+        self._context = context = await trio.to_thread.run_sync(
+            ReloadableContext, self.tls.ssl_context
+        )
         await serve(
             self, host=self.host, port=self.port, ssl_context=context, task_status=task_status
         )
+
+    async def reload_tls(self) -> None:
+        """Serve new connections with the certificate now in `tls`'s files (renewal)."""
+        if self._context is not None:
+            await self._context.reload()
 
     # ASGI
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -20,7 +20,9 @@ server's nursery with `InProcessClient(api, system:node:<name>)` — no HTTP, st
 admitted as a node — data in `DATA_DIR/agent`, and serves container logs on its own port with
 the API server's certificate. A standalone agent serves them with a certificate of its own key
 signed by the cluster CA, obtained when joining or later with its node credentials
-(`servingcert`: `DATA_DIR/kubelet.crt`, renewed within 30 days of expiry).
+(`servingcert`: `DATA_DIR/kubelet.crt`, renewed within 30 days of expiry, also while it runs:
+`api.auth.renewal`). Either way the log endpoint picks up a renewed or rotated certificate
+without a restart (the embedded one through the API server's renewal loop).
 
 Runtime (`--runtime`, both commands): `auto` (default) uses containerd when its socket
 (`--containerd-socket`, default `/run/containerd/containerd.sock`) exists and answers `Version`
@@ -173,6 +175,7 @@ async def run_embedded(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The server's own agent (module doc); `started` once its local pods have workers."""
+    from ..api.auth.renewal import SERVING
     from . import node_client
     from .logs import EndpointTLS, LogEndpoint
 
@@ -196,6 +199,8 @@ async def run_embedded(
                     options.kubelet_port = await nursery.start(endpoint.run)
                 except* OSError as group:  # e.g. the port is taken by another server's agent
                     log.warning("agent %s: log endpoint not served: %s", name, group.exceptions[0])
+                else:  # it serves with the API server's certificate: renewed with it
+                    api.certs.on_reload(SERVING, endpoint.reload_tls)
             agent.reporter.opts.kubelet_port = options.kubelet_port
             await nursery.start(agent.run)
             log.info("node agent %s running (runtime %s)", name, kind)
@@ -268,8 +273,10 @@ def client_config(args: argparse.Namespace) -> ClientConfig:
 
 
 async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
+    from ..api.auth.renewal import CertRenewer
     from ..client.rest import RestClient
     from ..controllers.runtime.client import HttpClient
+    from . import servingcert
     from .logs import EndpointTLS, LogEndpoint
     from .servingcert import ensure_serving_cert, node_addresses
 
@@ -305,6 +312,11 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                             options.kubelet_port = await nursery.start(endpoint.run)
                         except* OSError as group:  # the port is taken
                             log.warning("log endpoint not served: %s", group.exceptions[0])
+                        else:  # renewed while running, through the server as at start
+                            certs = CertRenewer()
+                            certs.add(servingcert.leaf(cfg, args.data_dir, addresses))
+                            certs.on_reload(servingcert.LEAF, endpoint.reload_tls)
+                            await nursery.start(certs.run)
                     agent.reporter.opts.kubelet_port = options.kubelet_port
                     notifier.status("starting: restoring local pods")
                     await nursery.start(agent.run)

@@ -13,7 +13,14 @@ its HTTPS log endpoint (`logs.LogEndpoint`) needs and the API server's log proxy
   crash in between leaves a mismatched pair, which `usable` rejects and the next start replaces);
 * later starts reuse the pair while it is signed by the cluster CA, matches, covers the node's
   addresses and has more than `RENEW_BEFORE` left; else they ask for a new one. When that fails
-  (server unreachable) a still-valid old certificate is used anyway.
+  (server unreachable) a still-valid old certificate is used anyway;
+* while the agent runs, `leaf` makes the pair a renewed leaf (`api.auth.renewal`): within
+  `RENEW_BEFORE` of expiry it asks again the same way (`renew`: a new key, node-certificate),
+  retrying while the server is unreachable, and the log endpoint serves the new pair without a
+  restart; a pair replaced on disk (`orchestrator certs rotate --data-dir`) is picked up too.
+
+The pair is written and read under `pki.pair_lock`, so a reader never sees a new key with an
+old certificate.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import datetime as dt
 import ipaddress
 import logging
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +38,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..api.auth.pki import atomic_write, signed_by
+from ..api.auth.pki import pair_lock, signed_by, write_pair
+from ..api.auth.renewal import Leaf
 from ..client.config import ClientConfig
 
 log = logging.getLogger(__name__)
@@ -39,6 +48,7 @@ CERT_FILE = "kubelet.crt"
 KEY_FILE = "kubelet.key"
 NODE_CERT_PATH = "/orchestrator/v1/node-certificate"
 RENEW_BEFORE = dt.timedelta(days=30)
+LEAF = "kubelet"  # its name for the renewal loop and the expiry metric
 
 
 @dataclass(frozen=True)
@@ -74,8 +84,7 @@ def paths(data_dir: Path) -> tuple[Path, Path]:
 def store(data_dir: Path, key: ServingKey, cert_pem: bytes) -> tuple[Path, Path]:
     """Write key (0600) then certificate (blocking I/O); returns their paths."""
     cert_path, key_path = paths(data_dir)
-    atomic_write(key_path, key.private_pem, 0o600)
-    atomic_write(cert_path, cert_pem, 0o644)
+    write_pair(cert_path, key_path, cert_pem, key.private_pem)
     return cert_path, key_path
 
 
@@ -107,8 +116,10 @@ def check(
     `addresses` and valid for more than `renew_before` (0: merely not expired). Blocking I/O."""
     cert_path, key_path = paths(data_dir)
     try:
-        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        with pair_lock(cert_path):
+            cert_pem, key_pem = cert_path.read_bytes(), key_path.read_bytes()
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
         ca = x509.load_pem_x509_certificate(ca_pem)
     except (OSError, ValueError) as exc:
         if cert_path.exists() or key_path.exists():
@@ -149,6 +160,21 @@ async def request_certificate(cfg: ClientConfig, key: ServingKey, addresses: lis
     return cert.encode("ascii")
 
 
+async def renew(cfg: ClientConfig, data_dir: Path, addresses: list[str]) -> tuple[Path, Path]:
+    """A new key and certificate now (node-certificate, with the node credentials in `cfg`),
+    stored; raises when the server refuses or cannot be reached (the old pair stays)."""
+    key = await trio.to_thread.run_sync(ServingKey.generate)
+    cert_pem = await request_certificate(cfg, key, addresses)
+    return await trio.to_thread.run_sync(store, data_dir, key, cert_pem)
+
+
+def leaf(cfg: ClientConfig, data_dir: Path, addresses: list[str]) -> Leaf:
+    """The pair as a leaf of the agent's renewal loop (module doc)."""
+    cert_path, key_path = paths(data_dir)
+    issue = partial(renew, cfg, Path(data_dir), list(addresses))
+    return Leaf(LEAF, cert_path, key_path, issue, renew_before=RENEW_BEFORE)
+
+
 async def ensure_serving_cert(
     cfg: ClientConfig, data_dir: Path, addresses: list[str]
 ) -> tuple[Path, Path] | None:
@@ -162,9 +188,8 @@ async def ensure_serving_cert(
     ca_pem = cfg.ca_pem
     if await trio.to_thread.run_sync(lambda: check(data_dir, ca_pem, addresses)):
         return paths(data_dir)
-    key = await trio.to_thread.run_sync(ServingKey.generate)
     try:
-        cert_pem = await request_certificate(cfg, key, addresses)
+        stored = await renew(cfg, data_dir, addresses)
     except (ApiException, ApiConnectionError, ValueError, OSError) as exc:
         still_valid = await trio.to_thread.run_sync(
             lambda: check(data_dir, ca_pem, addresses, renew_before=dt.timedelta(0))
@@ -176,4 +201,4 @@ async def ensure_serving_cert(
         )
         return paths(data_dir) if still_valid else None
     log.info("new serving certificate for the log endpoint (SANs %s)", ", ".join(addresses))
-    return await trio.to_thread.run_sync(store, data_dir, key, cert_pem)
+    return stored

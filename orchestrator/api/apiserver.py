@@ -10,6 +10,11 @@ once) is loaded before the listener starts and kept current by a watch; the `/or
 endpoints (`tokenapi`) serve the CA, join tokens and node joins. `DATA_DIR/server-token` (0600)
 holds `K10<CA sha256>::<cluster token>`, what another server joins with (`--join URL --token`).
 
+Certificates: `certs` (`auth.renewal.CertRenewer`) renews the serving certificate and the
+kubelet-client certificate before they expire and picks up pairs rotated on disk
+(`orchestrator certs rotate`), hot-swapping them into the listener (`tls.ReloadableContext`),
+the log proxy and the embedded agent's log endpoint (which registers itself) — no restart.
+
 Invariants: `run` signals `task_status.started(port)` only when the listener is bound and
 `DATA_DIR/kubeconfig.yaml` names that port; the built-in kinds never change at run time.
 """
@@ -33,10 +38,11 @@ from .auth.clustertokens import ClusterTokens
 from .auth.jointoken import ca_sha256, format_token
 from .auth.kubeconfig import write_kubeconfig
 from .auth.pki import Pki, atomic_write, ensure_pki
+from .auth.renewal import SERVING, CertRenewer, RenewalConfig, serving_leaf
 from .auth.shared import Bundle, local_bundle, shared_credentials
-from .auth.tls import serve, server_ssl_context
+from .auth.tls import ReloadableContext, serve, server_ssl_context
 from .auth.tokens import ADMIN_USER, MASTERS, TokenStore
-from .logproxy import AgentLogProxy
+from .logproxy import KUBELET_CLIENT_LEAF, AgentLogProxy, kubelet_client_leaf
 from .resources import Api, Call
 from .schema.builtin import builtin_registry
 from .schema.crd import kinds_from_crd
@@ -58,6 +64,7 @@ class ApiOptions:
     extra_sans: list[str] = field(default_factory=list)
     cluster_token: str = ""  # encrypts the credentials the servers share through the store
     node_name: str = ""  # this server's embedded agent's Node (its logs are read on 127.0.0.1)
+    cert_renewal: RenewalConfig = field(default_factory=RenewalConfig)  # intervals, clock
 
 
 def split_host_port(text: str) -> tuple[str, int]:
@@ -107,6 +114,7 @@ class ApiServer:
         self.api = Api(self.objects, self.registry, on_crd_change=self.custom.changed)
         self.port = 0
         self.pki: Pki | None = None
+        self.certs = CertRenewer(opts.cert_renewal)  # leaves added by `run`
         self.tokens: ClusterTokens | None = None  # the cluster-wide token table
         self._ready = ready
 
@@ -153,12 +161,14 @@ class ApiServer:
             ready=self._ready or (lambda: True),
             extra=routes,
         )
-        context = server_ssl_context(pki) if self.opts.tls else None
+        context = ReloadableContext(lambda: server_ssl_context(pki)) if self.opts.tls else None
         async with trio.open_nursery() as nursery:
             await nursery.start(tokens.run)
             self.port = await nursery.start(
                 partial(serve, app, host=host, port=port, ssl_context=context)
             )
+            self._watch_certificates(pki, sans, context, logs)
+            await nursery.start(self.certs.run)
             scheme = "https" if context else "http"
             url_host = (
                 "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
@@ -175,6 +185,23 @@ class ApiServer:
             nursery.start_soon(self._sync_custom_kinds)
             log.info("API server on %s (kubeconfig %s)", url, data_dir / "kubeconfig.yaml")
             task_status.started(self.port)
+
+    def _watch_certificates(
+        self,
+        pki: Pki,
+        sans: list[str],
+        context: ReloadableContext | None,
+        logs: AgentLogProxy,
+    ) -> None:
+        """Renew the serving and kubelet-client certificates while running (module doc)."""
+        from ..observability import CERT_EXPIRATION
+
+        CERT_EXPIRATION.labels("ca").set(pki.ca_cert.not_valid_after_utc.timestamp())
+        self.certs.add(serving_leaf(pki, sans))
+        self.certs.add(kubelet_client_leaf(pki))
+        if context is not None:
+            self.certs.on_reload(SERVING, context.reload)
+        self.certs.on_reload(KUBELET_CLIENT_LEAF, logs.reload_client_cert)
 
     async def _get_node(self, name: str) -> Obj | None:
         """The Node object (for the log proxy), or None if there is none by that name."""

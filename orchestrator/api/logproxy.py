@@ -24,6 +24,10 @@ Theory of operation
 
 The stream object closes the HTTP response and client when the app closes it (`aclose`), also
 when it was never iterated, so a client that disconnects never leaks a connection to the agent.
+
+The kubelet-client certificate is a renewed leaf (`kubelet_client_leaf`, `api.auth.renewal`):
+`reload_client_cert` swaps in a context built from the new files; requests already under way
+keep the one they started with.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ import trio
 from cryptography import x509
 
 from . import errors
-from .auth.pki import RENEW_BEFORE, Pki, atomic_write, issue_client_cert, signed_by
+from .auth.pki import RENEW_BEFORE, Pki, issue_client_cert, pair_lock, signed_by, write_pair
+from .auth.renewal import Leaf, in_thread
 from .errors import ApiError
 from .request import Query
 
@@ -66,28 +71,42 @@ LOG_PARAMS = (
 CONNECT_TIMEOUT = 5.0  # seconds to reach the agent and get its response headers
 
 
-def kubelet_client_cert(pki: Pki) -> tuple[Path, Path]:
+KUBELET_CLIENT_LEAF = "apiserver-kubelet-client"
+
+
+def kubelet_client_paths(pki: Pki) -> tuple[Path, Path]:
+    return pki.dir / f"{KUBELET_CLIENT_LEAF}.crt", pki.dir / f"{KUBELET_CLIENT_LEAF}.key"
+
+
+def kubelet_client_cert(pki: Pki, *, force: bool = False) -> tuple[Path, Path]:
     """The API server's client certificate for node agents, in `pki/` (blocking file I/O).
 
-    Re-issued when missing, signed by another CA or expiring within `RENEW_BEFORE`.
+    Re-issued when missing, signed by another CA or expiring within `RENEW_BEFORE`, and with
+    `force` (renewal, `orchestrator certs rotate`).
     """
-    cert_path = pki.dir / "apiserver-kubelet-client.crt"
-    key_path = pki.dir / "apiserver-kubelet-client.key"
-    if cert_path.exists() and key_path.exists():
+    cert_path, key_path = kubelet_client_paths(pki)
+    if not force and cert_path.exists() and key_path.exists():
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
         now = dt.datetime.now(dt.UTC)
         if signed_by(cert, pki.ca_cert) and cert.not_valid_after_utc - RENEW_BEFORE > now:
             return cert_path, key_path
     cert_pem, key_pem = issue_client_cert(pki, KUBELET_CLIENT_USER)
-    atomic_write(key_path, key_pem, 0o600)
-    atomic_write(cert_path, cert_pem, 0o644)
+    write_pair(cert_path, key_path, cert_pem, key_pem)
     return cert_path, key_path
+
+
+def kubelet_client_leaf(pki: Pki) -> Leaf:
+    """The kubelet-client certificate as a leaf the renewal loop re-issues from the local CA."""
+    cert_path, key_path = kubelet_client_paths(pki)
+    issue = in_thread(lambda: kubelet_client_cert(pki, force=True))
+    return Leaf(KUBELET_CLIENT_LEAF, cert_path, key_path, issue)
 
 
 def client_ssl_context(ca_pem: bytes, cert_path: Path, key_path: Path) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cadata=ca_pem.decode("ascii"))
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(certfile=str(cert_path), keyfile=str(key_path))
+    with pair_lock(cert_path):
+        ctx.load_cert_chain(certfile=str(cert_path), keyfile=str(key_path))
     return ctx
 
 
@@ -207,6 +226,7 @@ class AgentLogProxy:
         self.ssl_context = ssl_context
         self.local_node = local_node
         self.connect_timeout = connect_timeout
+        self.pki: Pki | None = None  # set by `for_pki`: where `reload_client_cert` reads
 
     @classmethod
     async def for_pki(cls, pki: Pki, get_node: GetNode, *, local_node: str = "") -> AgentLogProxy:
@@ -216,7 +236,19 @@ class AgentLogProxy:
             cert, key = kubelet_client_cert(pki)
             return client_ssl_context(pki.ca_pem, cert, key)
 
-        return cls(get_node, await trio.to_thread.run_sync(build), local_node=local_node)
+        proxy = cls(get_node, await trio.to_thread.run_sync(build), local_node=local_node)
+        proxy.pki = pki
+        return proxy
+
+    async def reload_client_cert(self) -> None:
+        """Use the kubelet-client certificate now on disk for new requests (renewal)."""
+        if self.pki is None:
+            return
+        ca_pem = self.pki.ca_pem
+        cert_path, key_path = kubelet_client_paths(self.pki)
+        self.ssl_context = await trio.to_thread.run_sync(
+            client_ssl_context, ca_pem, cert_path, key_path
+        )
 
     async def open_logs(self, pod: Obj, container: str, query: Query) -> AsyncIterator[bytes]:
         meta = pod.get("metadata") or {}

@@ -2,7 +2,8 @@
 
 Subcommands: `server` (run a Raft server with the replicated KV store), `kv` (put/get/delete
 against it), `member` (membership changes), `status` (per-server Raft status, members and
-leader; nodes and pods with a kubeconfig), `backup` / `restore` (`cli/backup.py`), and the
+leader; nodes and pods with a kubeconfig), `backup` / `restore` (`cli/backup.py`), `certs
+check|rotate` (`cli/certs.py`), and the
 kubectl-like `apply`, `get`, `describe`, `delete`, `scale`, `logs`, `rollout`, `explain`,
 `api-resources` against the API server (`orchestrator.cli.kube`). Errors are
 printed as one line for people, never as a traceback, with exit status 1 (2 for usage errors).
@@ -210,6 +211,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from . import token as token_cli  # orchestrator token create|list|revoke
 
     token_cli.add_parser(sub)
+    from . import certs as certs_cli  # orchestrator certs check|rotate
+
+    certs_cli.add_parser(sub)
     from . import install_service  # orchestrator install-service
 
     install_service.add_parser(sub)
@@ -437,6 +441,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ..agent import service as agent_service
 
             return agent_service.main(args)
+        if args.command == "certs":
+            from . import certs as certs_cli
+
+            return certs_cli.main(args)
         if args.command == "install-service":
             from . import install_service
 

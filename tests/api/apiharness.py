@@ -15,9 +15,11 @@ from typing import Any
 import httpx
 import trio
 import yaml
+from cryptography import x509
 
 from orchestrator.agent.service import AgentConfig
 from orchestrator.api.apiserver import ApiOptions
+from orchestrator.api.auth.renewal import RenewalConfig
 from orchestrator.raft.node import NodeConfig
 from orchestrator.server import Server, ServerOptions
 
@@ -62,8 +64,10 @@ async def api_server(
     tls: bool = True,
     controllers: bool = True,
     agent: AgentConfig | None = None,
+    cert_renewal: RenewalConfig | None = None,
 ) -> AsyncIterator[Harness]:
-    """`agent`: run the server's embedded node agent (its data in `<data_dir>/agent`)."""
+    """`agent`: run the server's embedded node agent (its data in `<data_dir>/agent`);
+    `cert_renewal`: the certificate renewal loop's intervals and wall clock."""
     with tempfile.TemporaryDirectory() as tmp:
         root = data_dir or Path(tmp)
         node = NodeConfig(
@@ -83,6 +87,7 @@ async def api_server(
                 tls=tls,
                 cluster_token="t",
                 node_name=agent.node_name if agent else "",
+                cert_renewal=cert_renewal or RenewalConfig(),
             ),
             controllers=controllers,
             agent=agent,
@@ -105,3 +110,20 @@ async def api_server(
                 await h.wait_ready()
                 yield h
             nursery.cancel_scope.cancel()
+
+
+async def peer_certificate(
+    port: int, ca_pem: bytes, client_pair: tuple[Path, Path] | None = None
+) -> x509.Certificate:
+    """The certificate a NEW TLS connection to 127.0.0.1:`port` is served, verified against
+    `ca_pem`; `client_pair` (cert, key files) for endpoints that require one."""
+    ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    if client_pair is not None:
+        ctx.load_cert_chain(*client_pair)
+    with trio.fail_after(10):
+        stream = await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=ctx)
+        async with stream:
+            await stream.do_handshake()
+            der = stream.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)

@@ -7,19 +7,26 @@ asks for). Client certificates follow Kubernetes: CN = user name, O = groups.
 Invariants: the CA is created once and never replaced by this module (a new CA would orphan
 every issued client certificate and kubeconfig); the serving certificate is re-issued when the
 requested SANs differ from its SANs, when it was not signed by the current CA, or when it expires
-within `RENEW_BEFORE` (k3s renews leaves 120 days ahead). Every file is written atomically
-(temporary file, fsync, rename, fsync of the directory); keys with mode 0600.
+within `RENEW_BEFORE` (k3s renews leaves 120 days ahead), and on demand (`renew_serving_cert`:
+the running server's renewal loop, `orchestrator certs rotate`). Every file is written
+atomically (temporary file, fsync, rename, fsync of the directory); keys with mode 0600. A
+certificate/key pair is written and read under its `pair_lock` (an flock beside it), so another
+process (`certs rotate` while the server runs) never makes anyone read a new key with an old
+certificate.
 
 This is startup/CLI code: it does blocking file I/O; async callers run it in a worker thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import ipaddress
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +65,42 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def pair_lock(cert_path: Path, *, exclusive: bool = False) -> Iterator[None]:
+    """Hold the lock of the certificate/key pair whose certificate is `cert_path` (blocking):
+    `exclusive` to write the pair, shared to read it. The lock is an flock on
+    `.<name>.lock` beside the certificate, so it also holds between processes. A reader that
+    cannot create the lock file (no directory yet, read-only) reads without it."""
+    cert_path = Path(cert_path)
+    lock_path = cert_path.with_name(f".{cert_path.name}.lock")
+    if exclusive:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        if exclusive:
+            raise
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def write_pair(cert_path: Path, key_path: Path, cert_pem: bytes, key_pem: bytes) -> None:
+    """Replace a certificate and its key (key first, 0600; certificate 0644) under the pair's
+    lock. Blocking I/O."""
+    with pair_lock(cert_path, exclusive=True):
+        atomic_write(key_path, key_pem, 0o600)
+        atomic_write(cert_path, cert_pem, 0o644)
+
+
+class PkiError(ValueError):
+    """A data directory's PKI is missing or unusable; the message says which file and why."""
 
 
 @dataclass(frozen=True)
@@ -283,37 +326,108 @@ def ensure_pki(
                 f"{pki_dir}: found only one of ca.crt and ca.key; restore the other "
                 "(a new CA would invalidate every issued certificate)"
             )
-        ca_cert = x509.load_pem_x509_certificate(ca_crt.read_bytes())
-        loaded = serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None)
-        if not isinstance(loaded, ec.EllipticCurvePrivateKey):
-            raise RuntimeError(f"{ca_key_path}: expected an EC private key")
-        ca_key = loaded
+        ca_cert, ca_key = _load_ca(pki_dir)
     else:
         ca_cert, ca_key = _new_ca(now)
         atomic_write(ca_key_path, _key_pem(ca_key), 0o600)
         atomic_write(ca_crt, _cert_pem(ca_cert), 0o644)
 
-    wanted_names = [_general_name(s) for s in dict.fromkeys([*default_sans(), *sans]) if s]
+    wanted_names = _serving_names(sans)
     wanted = _san_key(wanted_names)
     crt_path, key_path = pki_dir / "apiserver.crt", pki_dir / "apiserver.key"
-    serving: x509.Certificate | None = None
-    if crt_path.exists() and key_path.exists():
-        serving = x509.load_pem_x509_certificate(crt_path.read_bytes())
-        if not _serving_ok(serving, ca_cert, wanted, now):
-            serving = None
-    if serving is None:
-        serving, key = _leaf(
-            ca_cert,
-            ca_key,
-            _name(SERVING_COMMON_NAME),
-            ExtendedKeyUsageOID.SERVER_AUTH,
-            now,
-            LEAF_DAYS,
-            wanted_names,
-        )
-        atomic_write(key_path, _key_pem(key), 0o600)
-        atomic_write(crt_path, _cert_pem(serving), 0o644)
+    with pair_lock(crt_path, exclusive=True):
+        serving: x509.Certificate | None = None
+        if crt_path.exists() and key_path.exists():
+            serving = x509.load_pem_x509_certificate(crt_path.read_bytes())
+            if not _serving_ok(serving, ca_cert, wanted, now):
+                serving = None
+        if serving is None:
+            serving, key = _serving_leaf(ca_cert, ca_key, wanted_names, now)
+            atomic_write(key_path, _key_pem(key), 0o600)
+            atomic_write(crt_path, _cert_pem(serving), 0o644)
     return Pki(pki_dir, ca_cert, ca_key, serving)
+
+
+def _serving_names(sans: list[str]) -> list[x509.GeneralName]:
+    return [_general_name(s) for s in dict.fromkeys([*default_sans(), *sans]) if s]
+
+
+def _serving_leaf(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    names: list[x509.GeneralName],
+    now: dt.datetime,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    return _leaf(
+        ca_cert,
+        ca_key,
+        _name(SERVING_COMMON_NAME),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        now,
+        LEAF_DAYS,
+        names,
+    )
+
+
+def _load_ca(pki_dir: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    ca_crt, ca_key_path = pki_dir / "ca.crt", pki_dir / "ca.key"
+    try:
+        ca_cert = x509.load_pem_x509_certificate(ca_crt.read_bytes())
+    except ValueError as exc:
+        raise PkiError(f"{ca_crt}: not a PEM certificate ({exc})") from None
+    try:
+        loaded = serialization.load_pem_private_key(ca_key_path.read_bytes(), password=None)
+    except (ValueError, TypeError) as exc:
+        raise PkiError(f"{ca_key_path}: not an unencrypted PEM private key ({exc})") from None
+    if not isinstance(loaded, ec.EllipticCurvePrivateKey):
+        raise PkiError(f"{ca_key_path}: expected an EC private key")
+    return ca_cert, loaded
+
+
+def load_pki(data_dir: str | os.PathLike[str]) -> Pki:
+    """The PKI of an existing data dir, creating nothing (for `orchestrator certs`); PkiError
+    when the CA or the serving certificate is missing or unreadable."""
+    pki_dir = Path(data_dir) / "pki"
+    missing = [n for n in ("ca.crt", "apiserver.crt") if not (pki_dir / n).is_file()]
+    if missing:
+        raise PkiError(
+            f"{pki_dir}: no {' or '.join(missing)} (is {data_dir} the --data-dir of a server "
+            "that has started once with the API on?)"
+        )
+    if not (pki_dir / "ca.key").is_file():
+        raise PkiError(
+            f"{pki_dir}: no ca.key, so no certificate can be issued; restore it from a backup "
+            "or another server's DATA_DIR/pki/ (a new CA would invalidate every kubeconfig)"
+        )
+    ca_cert, ca_key = _load_ca(pki_dir)
+    try:  # a certificate file is replaced atomically: no need for the pair's lock
+        serving = x509.load_pem_x509_certificate((pki_dir / "apiserver.crt").read_bytes())
+    except ValueError as exc:
+        raise PkiError(f"{pki_dir / 'apiserver.crt'}: not a PEM certificate ({exc})") from None
+    return Pki(pki_dir, ca_cert, ca_key, serving)
+
+
+def renew_serving_cert(
+    pki: Pki, sans: list[str] | None = None, *, now: dt.datetime | None = None
+) -> x509.Certificate:
+    """Re-issue `apiserver.crt`/`apiserver.key` now (a fresh key, 1 year) under the same CA,
+    for `default_sans()` plus `sans`, or with `sans=None` for exactly the SANs of the current
+    certificate (what `certs rotate` uses: it does not know the server's flags). Blocking I/O."""
+    now = now or _now()
+    crt_path, key_path = pki.serving_cert_path, pki.serving_key_path
+    with pair_lock(crt_path, exclusive=True):
+        if sans is not None:
+            names = _serving_names(sans)
+        else:
+            try:
+                names = _cert_sans(x509.load_pem_x509_certificate(crt_path.read_bytes()))
+            except (OSError, ValueError):
+                names = []
+            names = names or _serving_names([])
+        cert, key = _serving_leaf(pki.ca_cert, pki.ca_key, names, now)
+        atomic_write(key_path, _key_pem(key), 0o600)
+        atomic_write(crt_path, _cert_pem(cert), 0o644)
+    return cert
 
 
 def issue_client_cert(

@@ -22,6 +22,12 @@ and `hypercorn.protocol.h11.H11Protocol._send_h11_event`, wrapped (once, at impo
 reason phrase hypercorn leaves out: Go's net/http sends `HTTP/1.1 404 Not Found`, and the Python
 client shows that phrase as `ApiException.reason`.
 
+Certificates renewed while serving: `ssl_context` may be a `ReloadableContext`; each accepted
+connection then gets its *current* context, and `reload()` builds a new one from the files (in a
+worker thread) and swaps the reference. Connections already open keep the context they were
+accepted with (and their TLS session); a build that fails leaves the old context in place. That
+is how `renewal.CertRenewer` hot-swaps a renewed or rotated certificate without a restart.
+
 Structured concurrency: `serve` runs until cancelled; it starts its per-connection tasks in its
 own nursery, so cancelling the caller's scope closes the listeners and every connection. The
 ASGI lifespan protocol is not run: long-lived components start in the caller's nursery.
@@ -44,7 +50,7 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 
-from .pki import Pki
+from .pki import Pki, pair_lock
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -79,11 +85,43 @@ def server_ssl_context(pki: Pki, *, http2: bool = False) -> ssl.SSLContext:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.options |= ssl.OP_NO_COMPRESSION
-    ctx.load_cert_chain(certfile=str(pki.serving_cert_path), keyfile=str(pki.serving_key_path))
+    with pair_lock(pki.serving_cert_path):
+        ctx.load_cert_chain(certfile=str(pki.serving_cert_path), keyfile=str(pki.serving_key_path))
     ctx.load_verify_locations(cadata=pki.ca_pem.decode("ascii"))
     ctx.verify_mode = ssl.CERT_OPTIONAL
     ctx.set_alpn_protocols(["h2", "http/1.1"] if http2 else ["http/1.1"])
     return ctx
+
+
+class ReloadableContext:
+    """A server SSL context that can be rebuilt while serving (module doc). `build` makes a
+    complete context from the files (blocking I/O); the constructor calls it once."""
+
+    def __init__(self, build: Callable[[], ssl.SSLContext]) -> None:
+        self._build = build
+        self.current = build()
+        self.reloads = 0
+
+    async def reload(self) -> None:
+        """Build a new context in a worker thread and give it to new connections; raises (and
+        keeps the old one) when the build fails, e.g. ssl.SSLError for a mismatched pair."""
+        self.current = await trio.to_thread.run_sync(self._build)
+        self.reloads += 1
+
+
+class _ReloadingSSLListener(trio.abc.Listener[trio.SSLStream[trio.SocketStream]]):
+    """trio.SSLListener, but with the context current at each accept."""
+
+    def __init__(self, transport: trio.SocketListener, context: ReloadableContext) -> None:
+        self.transport = transport
+        self.context = context
+
+    async def accept(self) -> trio.SSLStream[trio.SocketStream]:
+        stream = await self.transport.accept()
+        return trio.SSLStream(stream, self.context.current, server_side=True, https_compatible=True)
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
 
 
 def client_cert_der(scope: Scope) -> bytes | None:
@@ -112,7 +150,7 @@ async def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 0,
-    ssl_context: ssl.SSLContext | None = None,
+    ssl_context: ssl.SSLContext | ReloadableContext | None = None,
     config: Config | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -152,6 +190,8 @@ async def serve(
         for listener in listeners:
             if ssl_context is None:
                 serving.append(listener)
+            elif isinstance(ssl_context, ReloadableContext):
+                serving.append(_ReloadingSSLListener(listener, ssl_context))
             else:
                 serving.append(trio.SSLListener(listener, ssl_context, https_compatible=True))
         await nursery.start(trio.serve_listeners, handle, serving)
