@@ -26,6 +26,8 @@ environment variable of a key is `ORCHESTRATOR_` + the key upper-cased with `_` 
 comma-separated, switches `true`/`false`); `ORCHESTRATOR_CONFIG` names the file.
 
 A repeatable flag given on the command line replaces the file's list rather than extending it.
+A `ListOption` (the agent's `--server`) is repeatable *and* comma-separated: the file takes a
+list or one comma-separated string, the environment a comma-separated string.
 `--print-config` prints the effective configuration (same keys, loadable as a file; the token is
 masked) and exits 0.
 """
@@ -45,10 +47,12 @@ __all__ = [
     "COMMANDS",
     "ENV_PREFIX",
     "ConfigError",
+    "ListOption",
     "add_config_options",
     "effective_config",
     "env_values",
     "file_values",
+    "find_command",
     "parse_args",
     "render_config",
 ]
@@ -83,6 +87,28 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the effective configuration as YAML (secrets masked) and exit",
     )
+
+
+class ListOption(argparse.Action):
+    """A repeatable option whose values may also be comma-separated (`--server a,b --server c`
+    gives ["a", "b", "c"]); the first flag replaces the default (a file's or the environment's
+    list), later ones extend it. Empty items are dropped."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("default", [])
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest, None)
+        items = [] if current is None or current is self.default else list(current)
+        items += [p.strip() for p in str(values).split(",") if p.strip()]
+        setattr(namespace, self.dest, items)
 
 
 # ---------------------------------------------------------------------------------- the options
@@ -170,6 +196,8 @@ def _convert_scalar(action: argparse.Action, key: str, value: Any, where: str) -
 def _expected(action: argparse.Action) -> str:
     if _is_switch(action):
         return "a boolean"
+    if isinstance(action, ListOption):
+        return "a list or a comma-separated string"
     if _is_list(action):
         return "a list"
     if action.type is int:
@@ -191,6 +219,10 @@ def _convert(action: argparse.Action, key: str, value: Any, where: str) -> Any:
         if items is None:
             raise ConfigError(f"{where}: {key!r} must be a list, not {_type_name(value)}")
         return [_convert_scalar(action, key, v, where) for v in items]
+    if isinstance(action, ListOption):
+        texts = value if isinstance(value, list) else [value]
+        parts = [_convert_scalar(action, key, v, where) for v in texts]
+        return [p.strip() for text in parts for p in str(text).split(",") if p.strip()]
     if _is_map(action) and isinstance(value, dict):
         out: dict[str, str] = {}
         for k, v in value.items():
@@ -208,7 +240,7 @@ def _convert_env(action: argparse.Action, key: str, text: str, where: str) -> An
         if word not in _TRUE | _FALSE:
             raise ConfigError(f"{where}: must be true or false, not {text!r}")
         return _convert(action, key, word in _TRUE, where)
-    if _is_list(action):
+    if _is_list(action) or isinstance(action, ListOption):
         return _convert(action, key, [p.strip() for p in text.split(",") if p.strip()], where)
     return _convert_scalar(action, key, text, where)
 
@@ -269,7 +301,7 @@ def env_values(
 
 
 # ---------------------------------------------------------------------------------- parsing
-def _find_command(argv: Sequence[str], top: argparse.ArgumentParser) -> str | None:
+def find_command(argv: Sequence[str], top: argparse.ArgumentParser) -> str | None:
     """The subcommand named in `argv` (skipping the global options and their values)."""
     takes_value = {
         opt for a in top._actions if a.nargs != 0 and a.option_strings for opt in a.option_strings
@@ -315,7 +347,7 @@ def parse_args(
     is a usage error (exit 2)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     env = os.environ if environ is None else environ
-    command = _find_command(args_list, top)
+    command = find_command(args_list, top)
     sub = _subparser(top, command) if command in COMMANDS else None
     if sub is None:
         return top.parse_args(args_list)

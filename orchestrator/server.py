@@ -22,6 +22,7 @@ from typing import Any
 import trio
 
 from .agent.service import AgentConfig, run_embedded
+from .api.apiendpoints import ApiEndpointsPublisher
 from .api.apiserver import ApiOptions, ApiServer
 from .controllers.registry import default_controllers
 from .controllers.runtime.manager import ControllerManager, ControllerOptions
@@ -121,7 +122,10 @@ class Server:
             if self.opts.join_url is not None and not self.node.core.conf.members():
                 await self._join(self.opts.join_url)
             if self.api is not None:
+                # default/kubernetes lists every server's API (agents fail over with it)
+                publisher = ApiEndpointsPublisher.for_server(self.api, self.node)
                 await nursery.start(self.api.run)
+                await nursery.start(publisher.run)
             if self.controllers is not None:
                 await nursery.start(self.controllers.run)
             if self.api is not None and self.opts.agent is not None:

@@ -3,6 +3,7 @@ and the log setup (`orchestrator.logsetup`)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -83,11 +84,33 @@ def test_agent_labels_mapping_and_token_env(tmp_path: Path) -> None:
     )
     args = parse(["agent", "--config", str(cfg)], {"ORCHESTRATOR_TOKEN": "node-tok"})
     assert args.labels == {"zone": "a", "n": "1"}
-    assert (args.server, args.token) == ("https://s:6443", "node-tok")
+    assert (args.server, args.token) == (["https://s:6443"], "node-tok")
     args = parse(["agent", "--config", str(cfg), "--labels", "x=y"])
     assert args.labels == {"x": "y"}
     write(cfg, {"data-dir": str(tmp_path), "labels": "k=v,k2=v2"})  # the flag's form works too
     assert parse(["agent", "--config", str(cfg)]).labels == {"k": "v", "k2": "v2"}
+
+
+def test_agent_servers_repeatable_comma_separated_file_list_and_env(tmp_path: Path) -> None:
+    a, b, c = "https://a:6443", "https://b:6443", "https://c:6443"
+    base = ["agent", "--data-dir", str(tmp_path)]
+    assert parse([*base, "--server", f"{a},{b}", "--server", c]).server == [a, b, c]
+    assert parse(base).server == []
+    cfg = write(tmp_path / "a.yaml", {"server": [a, f"{b},{c}"]})
+    assert parse([*base, "--config", str(cfg)]).server == [a, b, c]
+    write(cfg, {"server": f"{a}, {b}"})
+    assert parse([*base, "--config", str(cfg)]).server == [a, b]
+    # the environment beats the file; a flag replaces both (it does not extend them)
+    env = {"ORCHESTRATOR_SERVER": f"{c},{a}"}
+    assert parse([*base, "--config", str(cfg)], env).server == [c, a]
+    assert parse([*base, "--config", str(cfg), "--server", b], env).server == [b]
+    out = io.StringIO()
+    with pytest.raises(SystemExit), contextlib.redirect_stdout(out):
+        parse([*base, "--config", str(cfg), "--print-config"])
+    assert yaml.safe_load(out.getvalue())["server"] == [a, b]  # loadable as a file again
+    write(cfg, {"server": {"a": 1}})
+    with pytest.raises(SystemExit):
+        parse([*base, "--config", str(cfg)])
 
 
 @pytest.mark.parametrize(

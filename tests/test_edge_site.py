@@ -8,13 +8,20 @@ deleted and recreated on the other agent and the Deployment is available again. 
 everything back converges: the nodes are Ready, exactly the Deployment's pods exist, and a watch
 from the start (through the server that is never killed) saw no pod created twice and none
 created beyond the replacements of the evicted ones.
+
+The server the agents joined through is powered off (`test_agents_fail_over_...`): the agents
+learnt every server from `default/kubernetes`, so their Leases go on through another one — the
+nodes stay Ready and their pods Running past the grace period — and an agent restarted with
+only the dead server as `--server` starts from the servers it persisted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +32,8 @@ import trio
 from agentproc import AgentProc
 from api.apiharness import read_kubeconfig
 from cluster import Cluster
+
+from orchestrator.client.endpoints import urls_from_endpoints
 
 pytestmark = pytest.mark.slow
 
@@ -281,3 +290,164 @@ async def test_site_survives_power_cuts_and_converges(tmp_path: Path) -> None:
                 for url in urls:
                     await poll(lambda u=url: available(4, u), f"Deployment 4/4 via {url}", 20)
                 nursery.cancel_scope.cancel()
+
+
+def renewed_at(lease: dict[str, Any]) -> float:
+    """A Lease's renewTime as a Unix time."""
+    text = lease["spec"]["renewTime"]
+    stamp = dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+    return stamp.timestamp()
+
+
+async def test_agents_fail_over_when_the_server_they_joined_through_dies(tmp_path: Path) -> None:
+    cluster = Cluster(
+        tmp_path / "servers",
+        3,
+        tick_ms=50,
+        api=True,
+        agent=False,
+        extra_args=["--node-monitor-grace-period", GRACE],
+    )
+    with trio.fail_after(150), cluster, contextlib.ExitStack() as stack:
+        cluster.start()
+        leader = await cluster.wait_leader()
+        for i in range(3):
+            await cluster.wait_api(i)
+        entry = (leader + 1) % 3  # the agents join through it; powered off later
+        home = leader  # our own requests (never killed)
+        _, token, ca = read_kubeconfig(cluster.servers[home].kubeconfig)
+        urls = [f"https://127.0.0.1:{s.api_port}" for s in cluster.servers]
+        api = urls[home]
+        verify = ssl.create_default_context(cadata=ca.decode())
+        headers = {"Authorization": f"Bearer {token}"}
+        agents: list[AgentProc] = []
+        async with httpx.AsyncClient(verify=verify, headers=headers, timeout=10) as client:
+
+            async def poll(fn: Callable[[], Awaitable[T | None]], what: str, within: float) -> T:
+                with trio.move_on_after(within):
+                    while True:
+                        cluster.check_alive()
+                        for a in agents:
+                            assert a.running, f"agent died\n{a.log_tail()}"
+                        try:
+                            value = await fn()
+                        except httpx.TransportError:
+                            value = None
+                        if value:
+                            return value
+                        await trio.sleep(0.1)
+                raise AssertionError(f"timed out after {within} s waiting for {what}")
+
+            async def get(path: str) -> Any:
+                r = await client.get(api + path)
+                r.raise_for_status()
+                return r.json()
+
+            async def api_up() -> bool:
+                return (await client.get(api + "/api/v1/namespaces/default")).status_code == 200
+
+            await poll(api_up, "the API", 30)
+
+            # ---- every server publishes its API address in default/kubernetes
+            async def published() -> list[str] | None:
+                r = await client.get(api + "/api/v1/namespaces/default/endpoints/kubernetes")
+                if r.status_code != 200:
+                    return None
+                found = urls_from_endpoints(r.json())
+                return found if sorted(found) == sorted(urls) else None
+
+            await poll(published, "the 3 servers in default/kubernetes", 30)
+
+            # ---- two agents join through `entry` (one also names `home`: --server twice)
+            r = await client.post(
+                api + "/orchestrator/v1/tokens", json={"ttlSeconds": 600, "description": "site"}
+            )
+            assert r.status_code in (200, 201), r.text
+            join_token = r.json()["token"]
+            for k, name in enumerate(AGENTS):
+                extra = ["--server", urls[home]] if k == 1 else []
+                agent = AgentProc(
+                    tmp_path / f"agent-{k + 1}", name, urls[entry], join_token, extra_args=extra
+                )
+                agents.append(stack.enter_context(agent))
+                agent.start()
+
+            async def nodes_ready() -> dict[str, str] | None:
+                state = {n["metadata"]["name"]: node_ready(n) for n in (await get(NODES))["items"]}
+                return state if all(state.get(n) == "True" for n in AGENTS) else None
+
+            await poll(nodes_ready, "both agents' nodes Ready", 30)
+
+            async def learnt(agent: AgentProc) -> list[str] | None:
+                path = agent.data_dir / "apiservers.json"
+                try:
+                    servers = json.loads(path.read_text())["servers"]
+                except (OSError, ValueError, KeyError):
+                    return None
+                return servers if sorted(servers) == sorted(urls) else None
+
+            for a in agents:
+                await poll(lambda a=a: learnt(a), f"{a.node_name} to persist 3 servers", 40)
+
+            # ---- pods on both agents (the default 300 s tolerations: nothing moves on its own)
+            body = deployment(4)
+            del body["spec"]["template"]["spec"]["tolerations"]
+            r = await client.post(api + DEPLOYMENTS, json=body)
+            assert r.status_code == 201, r.text
+
+            async def running_pods() -> list[dict[str, Any]] | None:
+                items = (await get(PODS + "?labelSelector=app%3Dweb"))["items"]
+                live = [p for p in items if running(p)]
+                return live if len(items) == 4 and len(live) == 4 else None
+
+            live = await poll(running_pods, "4 Running pods", 30)
+            assert {p["spec"]["nodeName"] for p in live} == set(AGENTS)
+            uids = {p["metadata"]["uid"] for p in live}
+
+            async def leases() -> dict[str, float]:
+                return {
+                    name: renewed_at(
+                        await get(
+                            f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+                        )
+                    )
+                    for name in AGENTS
+                }
+
+            # ---- power off the server both agents joined through
+            cluster.kill(entry)
+            killed_at = time.time()
+            # Past grace (3 s) plus a margin: without failover the nodes would be Unknown.
+            with trio.move_on_after(3 + 5):
+                while True:
+                    cluster.check_alive()
+                    state = {
+                        n["metadata"]["name"]: node_ready(n) for n in (await get(NODES))["items"]
+                    }
+                    assert all(state[n] == "True" for n in AGENTS), state
+                    await trio.sleep(0.2)
+            renewed = await leases()
+            assert all(t > killed_at + 3 for t in renewed.values()), (killed_at, renewed)
+            live = await poll(running_pods, "the 4 pods still Running", 10)
+            assert {p["metadata"]["uid"] for p in live} == uids
+            for name in AGENTS:
+                node = await get(f"{NODES}/{name}")
+                assert not [
+                    t for t in node["spec"].get("taints") or [] if "unreachable" in t["key"]
+                ]
+
+            # ---- restart an agent whose only --server is the dead one: it uses its list
+            first = agents[0]
+            assert first.argv().count("--server") == 1
+            first.kill()
+            first.start()
+            restarted_at = time.time()
+
+            async def back() -> bool:
+                renewed = await leases()
+                return renewed[first.node_name] > restarted_at + 1 and bool(await nodes_ready())
+
+            await poll(back, f"{first.node_name} renewing its Lease after the restart", 30)
+            assert "API servers learnt earlier" in first.log_path.read_text()
+            live = await poll(running_pods, "the 4 pods Running after the restart", 20)
+            assert {p["metadata"]["uid"] for p in live} == uids

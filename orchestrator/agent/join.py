@@ -17,6 +17,10 @@
    Later starts use that file and skip 1-2 (the join token may have expired by then), unless
    it was written for another node name.
 
+With several servers (`--server` repeated or comma-separated, plus those the agent learnt
+earlier, see `apiservers`), steps 1-2 go through the first one that answers: a server that
+cannot be reached is skipped; any answer (a pin mismatch, a refused token) is final.
+
 A bare `<id>.<secret>` is accepted too, but then the CA must come from `--ca-file` (the agent
 never trusts a server it cannot verify). A pinned token whose credential is not a join token
 (e.g. `K10<pin>::<node token>`) is used as is, after the pin check.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,7 +39,7 @@ import httpx
 import trio
 import yaml
 
-from ..api.auth.jointoken import BOOTSTRAP_RE, PinMismatch, check_pin, parse_token
+from ..api.auth.jointoken import BOOTSTRAP_RE, JoinToken, PinMismatch, check_pin, parse_token
 from ..api.auth.kubeconfig import write_kubeconfig
 from ..api.auth.tokens import NODE_PREFIX
 from ..client.config import ClientConfig, load_kubeconfig
@@ -51,6 +56,10 @@ TIMEOUT = 15.0
 
 class JoinError(Exception):
     """Joining failed; the message says why and what to do."""
+
+
+class JoinUnreachable(JoinError):
+    """The server could not be reached (another one may be)."""
 
 
 def is_join_token(text: str) -> bool:
@@ -76,7 +85,7 @@ async def fetch_ca(server: str) -> bytes:
         async with httpx.AsyncClient(verify=False, timeout=TIMEOUT) as client:
             response = await client.get(server + CA_PATH)
     except httpx.TransportError as exc:
-        raise JoinError(f"cannot reach {server} to fetch its CA: {exc}") from exc
+        raise JoinUnreachable(f"cannot reach {server} to fetch its CA: {exc}") from exc
     if response.status_code != 200:
         raise JoinError(f"{server} did not serve its CA ({response.status_code})")
     return response.content
@@ -102,7 +111,7 @@ async def request_node_token(
                 headers={"Authorization": f"Bearer {credentials}"},
             )
     except httpx.TransportError as exc:
-        raise JoinError(f"cannot join through {server}: {exc}") from exc
+        raise JoinUnreachable(f"cannot join through {server}: {exc}") from exc
     if response.status_code == 401:
         raise JoinError(
             f"{server} refused the join token: it is wrong, expired or revoked "
@@ -141,18 +150,21 @@ def stored_config(data_dir: Path, node_name: str, server: str | None) -> ClientC
 
 
 async def join_config(
-    server: str,
+    server: str | Sequence[str],
     token_text: str,
     data_dir: Path,
     node_name: str,
     ca_pem: bytes | None = None,
     serving_addresses: list[str] | None = None,
 ) -> ClientConfig:
-    """How this agent reaches and authenticates to the server (module doc); `ca_pem`: the
-    CA from `--ca-file`, needed only for a token that pins none; `serving_addresses`: ask
-    for a log endpoint certificate with these SANs while joining."""
-    server = server.rstrip("/")
-    saved = stored_config(data_dir, node_name, server)
+    """How this agent reaches and authenticates to the server (module doc); `server`: one URL
+    or several to try in order; `ca_pem`: the CA from `--ca-file`, needed only for a token
+    that pins none; `serving_addresses`: ask for a log endpoint certificate with these SANs
+    while joining. The config names the server it joined through (or the first one)."""
+    servers = [u.rstrip("/") for u in ([server] if isinstance(server, str) else server)]
+    if not servers:
+        raise JoinError("no server to join through: give --server")
+    saved = stored_config(data_dir, node_name, servers[0])
     if saved is not None:
         log.info("using the node credentials in %s", data_dir / CREDENTIALS_FILE)
         return saved
@@ -160,6 +172,26 @@ async def join_config(
         token = parse_token(token_text)
     except ValueError as exc:
         raise JoinError(str(exc)) from None
+    failures: list[str] = []
+    for url in servers:
+        try:
+            return await _join_through(url, token, data_dir, node_name, ca_pem, serving_addresses)
+        except JoinUnreachable as exc:
+            if len(servers) > 1:
+                log.warning("%s; trying the next server", exc)
+            failures.append(str(exc))
+    raise JoinUnreachable("; ".join(failures))
+
+
+async def _join_through(
+    server: str,
+    token: JoinToken,
+    data_dir: Path,
+    node_name: str,
+    ca_pem: bytes | None,
+    serving_addresses: list[str] | None,
+) -> ClientConfig:
+    """Steps 1-3 of the module doc through `server`."""
     if token.pin is not None:
         ca: bytes | None = await fetch_ca(server)
         try:

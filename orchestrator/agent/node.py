@@ -14,7 +14,10 @@ it current, as the kubelet does (KEP-589):
   exists (a restarted agent) gets our labels merged in and its status re-posted. Then create or
   take over the Lease `kube-node-lease/<name>` (owned by the Node, so it goes with it).
 * **Lease.** Renewed every `renew_interval` (10 s) with a duration of `lease_duration` (40 s):
-  this is the frequent heartbeat the node lifecycle controller watches.
+  this is the frequent heartbeat the node lifecycle controller watches. A failed renewal is
+  retried sooner (from `LEASE_RETRY_INITIAL`, doubling up to `renew_interval`), as the
+  kubelet's lease controller does: with several API servers the retry goes to another one, so
+  losing a server costs one attempt, not a whole interval.
 * **Status.** Computed every `status_interval` (10 s); PATCHed (status subresource) only when
   something other than heartbeat times changed, and at least every `report_interval` (5 min).
   Ready is True (reason KubeletReady) when the runtime reports RuntimeReady, else False
@@ -66,6 +69,7 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 AGENT_VERSION = "v1.32.0-orchestrator"
 MAX_PODS = 110
 REGISTER_BACKOFF_MAX = 10.0
+LEASE_RETRY_INITIAL = 0.5  # seconds before retrying a failed Lease renewal (then doubling)
 _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
@@ -398,6 +402,7 @@ class NodeReporter:
         await self._register()
         next_lease = trio.current_time() + self.opts.renew_interval
         next_status = trio.current_time() + self.opts.status_interval
+        retry = LEASE_RETRY_INITIAL
         while True:
             await trio.sleep_until(min(next_lease, next_status))
             now = trio.current_time()
@@ -405,12 +410,15 @@ class NodeReporter:
                 next_lease = now + self.opts.renew_interval
                 try:
                     await self.renew_lease()
+                    retry = LEASE_RETRY_INITIAL
                     if not self.connected:  # back from a partition: say so at once
                         self.connected = True
                         await self.report_status(force=True)
                 except ApiError as exc:
                     self.connected = False
                     log.warning("node %s: lease renewal failed: %s", self.name, exc)
+                    next_lease = trio.current_time() + min(retry, self.opts.renew_interval)
+                    retry = min(retry * 2, self.opts.renew_interval)
             if now >= next_status:
                 next_status = now + self.opts.status_interval
                 try:

@@ -2,9 +2,10 @@
 
 Standalone::
 
-    orchestrator agent --server https://10.0.0.1:6443 --token TOKEN --data-dir /var/lib/agent \\
-        [--ca-file ca.crt | --kubeconfig node.yaml] [--runtime auto|containerd|simulated] \\
-        [--containerd-socket PATH] [--node-name NAME] [--node-ip IP] [--labels k=v,...]
+    orchestrator agent --server https://10.0.0.1:6443[,URL...] --token TOKEN \\
+        --data-dir /var/lib/agent [--ca-file ca.crt | --kubeconfig node.yaml] \\
+        [--runtime auto|containerd|simulated] [--containerd-socket PATH] [--node-name NAME] \\
+        [--node-ip IP] [--labels k=v,...]
 
 The agent runs as a node (user `system:node:<name>`, group `system:nodes`), so NodeRestriction
 confines it to its own Node, Lease and pods. `--token` is either a join token from `orchestrator
@@ -14,6 +15,15 @@ for node credentials and keeps them in `DATA_DIR/node-kubeconfig.yaml` for later
 `join.py`); or a node token itself, with the CA from `--ca-file` or a `--kubeconfig` whose
 cluster entry carries `certificate-authority-data` (then `--server`/`--token` may come from it
 too). There is no trust-on-first-use: a server's CA is trusted only through a pin or a file.
+
+Several servers: `--server` may be repeated or comma-separated (config key `server`: a list
+or a string; env `ORCHESTRATOR_SERVER`, comma-separated). The agent joins through the first
+that answers, then learns every API server from the cluster and keeps the list in
+`DATA_DIR/apiservers.json` (`apiservers.ServerLearner`); its requests go through one
+`RestClient` with an `EndpointSet` (`orchestrator.client.endpoints`): they stay on one server
+while it works and move to the next when it fails (refused, reset, `API_TIMEOUT`/
+`CONNECT_TIMEOUT` exceeded, 503 no quorum), watches included; a failed Lease renewal is retried
+within a second or two (`node.py`), so the node stays Ready when a server is powered off.
 
 Embedded (`orchestrator server`, default on; `--no-agent` disables): the agent runs in the
 server's nursery with `InProcessClient(api, system:node:<name>)` — no HTTP, still authorized and
@@ -57,6 +67,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..config import ListOption
 from ..cri.runtime import RuntimeService
 from ..systemd import Notifier, reload_log_level, watchdog_task
 from .agent import Agent, AgentOptions
@@ -65,6 +76,7 @@ from .podworker import WorkerOptions
 if TYPE_CHECKING:
     from ..api.apiserver import ApiServer
     from ..client.config import ClientConfig
+    from ..client.endpoints import EndpointSet
 
 __all__ = [
     "RUNTIME_LABEL",
@@ -73,9 +85,11 @@ __all__ = [
     "choose_runtime",
     "client_config",
     "detect_runtime",
+    "endpoint_set",
     "main",
     "make_runtime",
     "run_embedded",
+    "server_urls",
 ]
 
 log = logging.getLogger(__name__)
@@ -214,7 +228,13 @@ async def run_embedded(
 def add_parser(sub: Any) -> None:
     """Add `agent` to the `orchestrator` subparsers."""
     a = sub.add_parser("agent", help="run a node agent that joins a cluster")
-    a.add_argument("--server", help="API server URL, e.g. https://10.0.0.1:6443")
+    a.add_argument(
+        "--server",
+        action=ListOption,
+        metavar="URL",
+        help="API server URL, e.g. https://10.0.0.1:6443; repeat it or separate URLs with "
+        "commas to give several (the agent also learns the others from the cluster)",
+    )
     a.add_argument(
         "--token",
         default=os.environ.get("ORCHESTRATOR_TOKEN"),
@@ -247,13 +267,21 @@ def add_parser(sub: Any) -> None:
     a.add_argument("--log-port", type=int, default=10250, help=argparse.SUPPRESS)
 
 
+def server_urls(args: argparse.Namespace) -> list[str]:
+    """The `--server` URLs (each value may hold several, comma-separated), in order."""
+    from ..client.endpoints import split_servers
+
+    return split_servers(args.server or [])
+
+
 def client_config(args: argparse.Namespace) -> ClientConfig:
     from ..client.config import ClientConfig, load_kubeconfig
 
+    servers = server_urls(args)
     if args.kubeconfig:
         cfg = load_kubeconfig(args.kubeconfig)
         return ClientConfig(
-            server=(args.server or cfg.server).rstrip("/"),
+            server=(servers[0] if servers else cfg.server).rstrip("/"),
             ca_pem=args.ca_file.read_bytes() if args.ca_file else cfg.ca_pem,
             token=args.token or cfg.token,
             cert_pem=cfg.cert_pem,
@@ -261,15 +289,31 @@ def client_config(args: argparse.Namespace) -> ClientConfig:
             insecure=cfg.insecure,
             tls_server_name=cfg.tls_server_name,
         )
-    if not args.server or not args.token:
+    if not servers or not args.token:
         raise SystemExit("error: the agent needs --server and --token (or --kubeconfig)")
     ca = args.ca_file.read_bytes() if args.ca_file else None
-    if args.server.startswith("https:") and ca is None:
+    if any(s.startswith("https:") for s in servers) and ca is None:
         raise SystemExit(
             "error: give the cluster CA with --ca-file (the server's DATA_DIR/pki/ca.crt) or "
             "--kubeconfig; the agent does not trust a server it cannot verify"
         )
-    return ClientConfig(server=args.server.rstrip("/"), ca_pem=ca, token=args.token)
+    return ClientConfig(server=servers[0], ca_pem=ca, token=args.token)
+
+
+API_TIMEOUT = 10.0  # seconds a request to the API may take before the agent tries another server
+CONNECT_TIMEOUT = 3.0  # seconds to connect to a server (a powered-off one never answers)
+
+
+def endpoint_set(args: argparse.Namespace, cfg: ClientConfig) -> EndpointSet:
+    """The servers to use: `--server` (else the config's), then those learnt earlier."""
+    from ..client.endpoints import EndpointSet
+    from .apiservers import load_servers
+
+    seeds = server_urls(args) or [cfg.server]
+    learnt = load_servers(args.data_dir)
+    if learnt:
+        log.info("API servers learnt earlier: %s", ", ".join(learnt))
+    return EndpointSet(seeds, learnt)
 
 
 async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
@@ -277,6 +321,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     from ..client.rest import RestClient
     from ..controllers.runtime.client import HttpClient
     from . import servingcert
+    from .apiservers import ServerLearner
     from .logs import EndpointTLS, LogEndpoint
     from .servingcert import ensure_serving_cert, node_addresses
 
@@ -295,10 +340,18 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     try:
         with trio.open_signal_receiver(*sigs) as signals:
-            async with RestClient(cfg, user_agent=f"orchestrator-agent/{name}") as rest:
+            endpoints = endpoint_set(args, cfg)
+            async with RestClient(
+                cfg,
+                user_agent=f"orchestrator-agent/{name}",
+                timeout=API_TIMEOUT,
+                connect_timeout=CONNECT_TIMEOUT,
+                endpoints=endpoints,
+            ) as rest:
                 agent = Agent(HttpClient(rest, field_manager="kubelet"), runtime, options)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(watchdog_task, notifier)
+                    await nursery.start(ServerLearner(rest, endpoints, args.data_dir).run)
                     addresses = node_addresses(name, args.node_ip or "")
                     served = await ensure_serving_cert(cfg, args.data_dir, addresses)
                     if served is not None and cfg.ca_pem is not None:
@@ -320,10 +373,10 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                     agent.reporter.opts.kubelet_port = options.kubelet_port
                     notifier.status("starting: restoring local pods")
                     await nursery.start(agent.run)
-                    log.info("node agent %s running against %s", name, cfg.server)
+                    log.info("node agent %s running against %s", name, ", ".join(endpoints.urls))
                     await wait_runtime(runtime, notifier)
-                    notifier.ready(connection_status(agent, cfg.server))
-                    nursery.start_soon(_report_connection, agent, cfg.server, notifier)
+                    notifier.ready(connection_status(agent, endpoints))
+                    nursery.start_soon(_report_connection, agent, endpoints, notifier)
                     async for signum in signals:
                         if signum == signal.SIGHUP:
                             notifier.reloading()
@@ -357,31 +410,35 @@ async def wait_runtime(runtime: RuntimeService, notifier: Notifier) -> None:
             await trio.sleep(RUNTIME_RETRY)
 
 
-def connection_status(agent: Agent, server: str) -> str:
+def connection_status(agent: Agent, endpoints: EndpointSet) -> str:
     state = "connected to" if agent.connected else "not connected to"
-    return f"{state} {server}; {len(agent.workers)} pods"
+    known = len(endpoints.urls)
+    return f"{state} {endpoints.current} ({known} API servers known); {len(agent.workers)} pods"
 
 
-async def _report_connection(agent: Agent, server: str, notifier: Notifier) -> None:
+async def _report_connection(agent: Agent, endpoints: EndpointSet, notifier: Notifier) -> None:
     """STATUS= whenever the connection state or pod count changes (polled: the agent exposes
     them as plain attributes)."""
     while True:
-        notifier.status(connection_status(agent, server))
+        notifier.status(connection_status(agent, endpoints))
         await trio.sleep(1.0)
 
 
 def main(args: argparse.Namespace) -> int:
+    from .apiservers import load_servers
     from .join import JoinError, is_join_token, join_config
     from .servingcert import node_addresses
 
-    if not args.kubeconfig and args.server and args.token and is_join_token(args.token):
+    servers = server_urls(args)
+    if not args.kubeconfig and servers and args.token and is_join_token(args.token):
         ca = args.ca_file.read_bytes() if args.ca_file else None
         name = args.node_name or default_node_name()
         addresses = node_addresses(name, args.node_ip or "")
+        known = list(dict.fromkeys([*servers, *load_servers(args.data_dir)]))
         try:
             cfg = trio.run(
                 partial(join_config, serving_addresses=addresses),
-                args.server,
+                known,
                 args.token,
                 args.data_dir,
                 name,

@@ -320,8 +320,9 @@ class ApiEndpointsPublisher:
             try:
                 await self.reconcile_once()
             except errors.ApiError as exc:
-                # 409: another server wrote first; 503: no quorum; 404: no namespace yet.
-                log.info("default/kubernetes endpoints not updated: %s; retrying", exc)
+                # 409: another server wrote first (routine); 503: no quorum; 404: no namespace yet
+                level = logging.DEBUG if exc.code == 409 else logging.INFO
+                log.log(level, "default/kubernetes endpoints not updated: %s; retrying", exc)
                 await trio.sleep(delay)
                 delay = min(delay * 2, self.interval)
                 continue

@@ -18,8 +18,18 @@ of the stream ends the iteration (callers re-watch from the last resourceVersion
 Leaving a stream early is fine (the response is closed on exit), but httpx's stream iterators
 are async generators (encode/httpx#3686), so trio may warn `ResourceWarning` about them at GC.
 
-Invariants: no printing and no retries here (callers own policy and timeouts, with
-`trio.fail_after` around calls); `Warning` headers go to the `on_warning` callback.
+Several servers (`endpoints=EndpointSet`, the standalone agent): each request goes to
+`endpoints.pick(now)` (sticky: the same server while it works). A transport failure or a 503
+(the server's store has no quorum) marks that server failed (`EndpointSet.failed`), and every
+open stream to it is ended at once with `ApiConnectionError`, so watches are re-established
+on another server even when the failed one went silent rather than closing its connections.
+A request that never reached a server (connection refused, connect timeout, TLS handshake) is
+sent to the next one at once; anything else is raised for the caller to retry, which then
+goes to the next server. All servers share the cluster CA, so verification stays strict.
+
+Invariants: no printing, and no retries except the one above (a request not sent is safe to
+send elsewhere); callers own policy and timeouts (`trio.fail_after` around calls); `Warning`
+headers go to the `on_warning` callback.
 """
 
 from __future__ import annotations
@@ -34,8 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 import httpx
+import trio
 
 from .config import ClientConfig
+from .endpoints import EndpointSet
 from .resource import ResourceInfo
 
 __all__ = [
@@ -63,6 +75,8 @@ JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 
 Params = Mapping[str, str | int | bool | None]
+FAILOVER_CODES = frozenset({503})  # answers that say "this server cannot serve now"
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)  # the request never reached a server
 WatchEvent = tuple[str, dict[str, Any]]  # ("ADDED" | "MODIFIED" | "DELETED" | "BOOKMARK", obj)
 
 
@@ -201,10 +215,12 @@ def _clean(params: Params | None) -> dict[str, str]:
 
 
 class RestClient:
-    """Async REST client for one API server; use as `async with RestClient(cfg) as client`.
+    """Async REST client for an API server; use as `async with RestClient(cfg) as client`.
 
     `transport` replaces the network (tests pass `httpx.MockTransport`); `timeout` bounds each
-    non-streaming request (connect/read/write), streams have no read timeout.
+    non-streaming request (connect/read/write), streams have no read timeout; `connect_timeout`
+    (default `timeout`) bounds connecting. `endpoints`: several servers to fail over between
+    (module doc); without it every request goes to `config.server`.
     """
 
     def __init__(
@@ -213,15 +229,20 @@ class RestClient:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         timeout: float = 30.0,
+        connect_timeout: float | None = None,
         user_agent: str = "orchestrator-client/0.1",
         on_warning: Callable[[str], None] | None = None,
+        endpoints: EndpointSet | None = None,
     ) -> None:
         self.config = config
+        self.endpoints = endpoints
         self._transport = transport
         self._timeout = timeout
+        self._connect_timeout = timeout if connect_timeout is None else connect_timeout
         self._user_agent = user_agent
         self._on_warning = on_warning
         self._http: httpx.AsyncClient | None = None
+        self._streams: dict[str, set[trio.CancelScope]] = {}  # open streams per endpoint
 
     async def __aenter__(self) -> Self:
         headers = {"User-Agent": self._user_agent}
@@ -235,7 +256,7 @@ class RestClient:
             headers=headers,
             verify=verify,
             transport=self._transport,
-            timeout=self._timeout,
+            timeout=httpx.Timeout(self._timeout, connect=self._connect_timeout),
         )
         await self._http.__aenter__()
         return self
@@ -261,6 +282,7 @@ class RestClient:
         content_type: str | None,
         accept: str,
         stream: bool,
+        base: str | None = None,
     ) -> httpx.Request:
         headers = {"Accept": accept}
         content: bytes | None = None
@@ -275,10 +297,14 @@ class RestClient:
         extensions: dict[str, Any] = {}
         if self.config.tls_server_name:
             extensions["sni_hostname"] = self.config.tls_server_name
-        timeout = httpx.Timeout(self._timeout, read=None) if stream else httpx.USE_CLIENT_DEFAULT
+        timeout = (
+            httpx.Timeout(self._timeout, connect=self._connect_timeout, read=None)
+            if stream
+            else httpx.USE_CLIENT_DEFAULT
+        )
         return self._client().build_request(
             method,
-            path,
+            path if base is None else base + path,  # an absolute URL overrides base_url
             params=_clean(params),
             content=content,
             headers=headers,
@@ -309,15 +335,54 @@ class RestClient:
         accept: str = JSON,
     ) -> httpx.Response:
         """One request; the whole response is read. Non-2xx raises `ApiException`."""
-        req = self._build(method, path, params, body, content_type, accept, stream=False)
-        try:
-            resp = await self._client().send(req)
-        except httpx.TransportError as exc:
-            raise self._connection_error(exc) from exc
-        self._warn(resp)
-        if not resp.is_success:
-            raise ApiException.from_response(resp.status_code, resp.content, resp.reason_phrase)
-        return resp
+        tried: set[str] = set()
+        while True:
+            base = self._pick()
+            req = self._build(method, path, params, body, content_type, accept, False, base)
+            try:
+                resp = await self._client().send(req)
+            except httpx.TransportError as exc:
+                if self._retry_elsewhere(base, exc, tried):
+                    continue
+                raise self._connection_error(exc, base) from exc
+            self._warn(resp)
+            self._answered(base, resp.status_code)
+            if not resp.is_success:
+                raise ApiException.from_response(resp.status_code, resp.content, resp.reason_phrase)
+            return resp
+
+    # ---- several servers ----------------------------------------------------------------------
+
+    def _pick(self) -> str | None:
+        """The endpoint for the next request (None: `config.server`, the client's base URL)."""
+        return None if self.endpoints is None else self.endpoints.pick(trio.current_time())
+
+    def _failed(self, base: str, keep: trio.CancelScope | None = None) -> None:
+        """`base` cannot serve: avoid it, and end the streams open to it (but `keep`)."""
+        assert self.endpoints is not None
+        self.endpoints.failed(base, trio.current_time())
+        for scope in self._streams.get(base, set()) - {keep}:
+            scope.cancel()
+
+    def _retry_elsewhere(
+        self, base: str | None, exc: httpx.TransportError, tried: set[str]
+    ) -> bool:
+        """After a transport failure on `base`: True if the request should be sent again to
+        another endpoint (it never reached `base`, and there is one not tried yet)."""
+        if base is None:
+            return False
+        self._failed(base)
+        tried.add(base)
+        return isinstance(exc, _NOT_SENT) and self._pick() not in tried
+
+    def _answered(self, base: str | None, code: int) -> None:
+        if base is None:
+            return
+        if code in FAILOVER_CODES:
+            self._failed(base)
+        else:
+            assert self.endpoints is not None
+            self.endpoints.succeeded(base)
 
     async def request(
         self,
@@ -348,35 +413,65 @@ class RestClient:
     ) -> AsyncIterator[AsyncIterator[bytes]]:
         """A streaming request; yields an iterator of body chunks (no read timeout).
 
-        Errors before the body starts (non-2xx) raise `ApiException` on entry.
+        Errors before the body starts (non-2xx) raise `ApiException` on entry. With several
+        endpoints, the stream ends with `ApiConnectionError` as soon as its server is marked
+        failed (by this or any other request).
         """
-        req = self._build(method, path, params, body, content_type, accept, stream=True)
-        try:
-            resp = await self._client().send(req, stream=True)
-        except httpx.TransportError as exc:
-            raise self._connection_error(exc) from exc
+        tried: set[str] = set()
+        while True:
+            base = self._pick()
+            req = self._build(method, path, params, body, content_type, accept, True, base)
+            try:
+                resp = await self._client().send(req, stream=True)
+                break
+            except httpx.TransportError as exc:
+                if self._retry_elsewhere(base, exc, tried):
+                    continue
+                raise self._connection_error(exc, base) from exc
         try:
             self._warn(resp)
+            self._answered(base, resp.status_code)
             if not resp.is_success:
                 data = await resp.aread()
                 raise ApiException.from_response(resp.status_code, data, resp.reason_phrase)
-            async with aclosing(self._chunks(resp)) as chunks:
-                yield chunks
+            scope = trio.CancelScope()
+            async with aclosing(self._chunks(resp, base, scope)) as chunks:
+                if base is None:
+                    yield chunks
+                    return
+                streams = self._streams.setdefault(base, set())
+                with scope:
+                    streams.add(scope)
+                    try:
+                        yield chunks
+                    finally:
+                        streams.discard(scope)
+                if scope.cancelled_caught:
+                    raise ApiConnectionError(
+                        f"the API server at {base} failed; its streams are closed"
+                    )
         finally:
             await resp.aclose()
 
-    async def _chunks(self, resp: httpx.Response) -> AsyncGenerator[bytes, None]:
+    async def _chunks(
+        self, resp: httpx.Response, base: str | None, scope: trio.CancelScope
+    ) -> AsyncGenerator[bytes, None]:
         try:
             # httpx types aiter_bytes() as an AsyncIterator; it is an async generator (aclose).
             async with aclosing(resp.aiter_bytes()) as raw:  # type: ignore[type-var]
                 async for chunk in raw:
                     yield chunk
         except httpx.TransportError as exc:
-            raise self._connection_error(exc) from exc
+            if base is not None:
+                self._failed(base, keep=scope)
+            raise self._connection_error(exc, base) from exc
 
-    def _connection_error(self, exc: httpx.TransportError) -> ApiConnectionError:
+    def _connection_error(
+        self, exc: httpx.TransportError, base: str | None = None
+    ) -> ApiConnectionError:
         detail = str(exc) or type(exc).__name__
-        return ApiConnectionError(f"cannot reach the API server at {self.config.server}: {detail}")
+        where = base or self.config.server
+        return ApiConnectionError(f"cannot reach the API server at {where}: {detail}")
 
     # ---- resource verbs -----------------------------------------------------------------------
 
