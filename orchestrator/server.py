@@ -1,11 +1,23 @@
 """Assembles one server process: the Raft node, the MVCC store on it, and the client port.
 
-Runs until cancelled or until SIGTERM/SIGINT, then shuts down cleanly (databases closed).
-Under systemd (`orchestrator.systemd`): READY=1 once the store, the API and the embedded agent
-have started, STATUS= on every role change ("leader term 3", "follower of 2 term 3"), WATCHDOG=1
-from the trio loop, STOPPING=1 on SIGTERM. SIGTERM on a leader first hands leadership to the
-most caught-up voter (bounded by `HANDOVER_TIMEOUT`), so the cluster does not wait an election
-timeout; SIGHUP reloads what can be reloaded (the log level, from the environment file).
+Runs until cancelled or until SIGTERM/SIGINT, then stops in order (`shut_down`):
+
+1. STOPPING=1; drain (`Server.drain`, bounded by `ServerOptions.drain_timeout`): the Kubernetes
+   API and the store's client port stop accepting connections, /readyz fails, watches end
+   (clients re-watch on another server) and the requests in progress (writes in particular)
+   finish and are answered; what is still running when the bound runs out is cut off.
+2. The controllers and the embedded agent stop (the agent's containers keep running: the unit
+   has `KillMode=process`).
+3. A leader hands leadership to the most caught-up voter (bounded by `HANDOVER_TIMEOUT`), so
+   the cluster does not wait an election timeout.
+4. Everything else is cancelled: the databases close cleanly; the process exits 0.
+
+The whole stop takes at most about `drain_timeout + HANDOVER_TIMEOUT` (7 s by default), well
+within the unit's `TimeoutStopSec`. Under systemd (`orchestrator.systemd`): READY=1 once the
+store, the API and the embedded agent have started, STATUS= on every role change ("leader term
+3", "follower of 2 term 3") and each stop step, WATCHDOG=1 from the trio loop (until the end),
+STOPPING=1 on SIGTERM; SIGHUP reloads what can be reloaded (the log level, from the environment
+file).
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ import trio
 
 from .agent.service import AgentConfig, run_embedded
 from .api.apiendpoints import ApiEndpointsPublisher
-from .api.apiserver import ApiOptions, ApiServer
+from .api.apiserver import DRAIN_TIMEOUT, ApiOptions, ApiServer
 from .controllers.registry import default_controllers
 from .controllers.runtime.manager import ControllerManager, ControllerOptions
 from .raft.node import NodeConfig, RaftError, RaftNode
@@ -55,6 +67,7 @@ class ServerOptions:
     controllers: bool = True  # run the controllers while this server is the Raft leader
     controller_options: ControllerOptions = field(default_factory=ControllerOptions)
     agent: AgentConfig | None = None  # the embedded node agent (needs the API); None: none
+    drain_timeout: float = DRAIN_TIMEOUT  # seconds a stopping server lets requests finish
 
 
 def node_identity(data_dir: Path, requested: int | None, *, joining: bool) -> int:
@@ -99,11 +112,18 @@ class Server:
         self.store = RaftStore(self.node, compaction=opts.compaction)
         self.service = ClientService(self.store, opts.client_listen, token=opts.token)
         self.api = (
-            ApiServer(self.store, opts.api, ready=lambda: self.node.core.lead != 0)
+            ApiServer(
+                self.store,
+                opts.api,
+                ready=lambda: self.node.core.lead != 0,
+                drain_timeout=opts.drain_timeout,
+            )
             if opts.api
             else None
         )
         self.controllers: ControllerManager | None = None
+        self._api_users = trio.CancelScope()
+        self._api_users_stopped = trio.Event()
         if self.api is not None and opts.controllers:
             self.controllers = ControllerManager(
                 self, default_controllers, options=opts.controller_options
@@ -126,12 +146,40 @@ class Server:
                 publisher = ApiEndpointsPublisher.for_server(self.api, self.node)
                 await nursery.start(self.api.run)
                 await nursery.start(publisher.run)
-            if self.controllers is not None:
-                await nursery.start(self.controllers.run)
-            if self.api is not None and self.opts.agent is not None:
-                agent_dir = self.opts.node.data_dir / "agent"
-                await nursery.start(partial(run_embedded, self.api, self.opts.agent, agent_dir))
+            await nursery.start(self._run_api_users)
             task_status.started()
+
+    async def _run_api_users(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The API's in-process users: the controllers and the embedded agent (`stop_api_users`
+        cancels them)."""
+        try:
+            with self._api_users:
+                async with trio.open_nursery() as nursery:
+                    if self.controllers is not None:
+                        await nursery.start(self.controllers.run)
+                    if self.api is not None and self.opts.agent is not None:
+                        agent_dir = self.opts.node.data_dir / "agent"
+                        await nursery.start(
+                            partial(run_embedded, self.api, self.opts.agent, agent_dir)
+                        )
+                    task_status.started()
+        finally:
+            self._api_users_stopped.set()
+
+    async def drain(self) -> None:
+        """Stop taking requests and answer the ones in progress (module doc, step 1): the API
+        and the client port drain side by side. Returns once both have; callers bound it."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.service.drain)
+            if self.api is not None:
+                nursery.start_soon(self.api.drain)
+
+    async def stop_api_users(self) -> None:
+        """Stop the controllers and the embedded agent (its containers keep running)."""
+        self._api_users.cancel()
+        await self._api_users_stopped.wait()
 
     async def _join(self, url: str) -> None:
         """Ask a member to add us as a learner; the leader promotes us once we caught up."""
@@ -256,8 +304,27 @@ async def serve_until_signalled(opts: ServerOptions, notifier: Notifier | None =
                     notifier.ready()
                     continue
                 log.info("received %s: shutting down", signal.Signals(signum).name)
-                notifier.stopping("stopping")
-                with trio.move_on_after(HANDOVER_TIMEOUT):
-                    await hand_over_leadership(server.node)
-                nursery.cancel_scope.cancel()
+                await shut_down(server, notifier)
+                nursery.cancel_scope.cancel()  # the databases close as the store's task ends
                 break
+
+
+async def shut_down(server: Server, notifier: Notifier) -> None:
+    """Steps 1-3 of the ordered stop (module doc); the caller then cancels the server."""
+    notifier.stopping("stopping: draining requests")
+    with trio.move_on_after(server.opts.drain_timeout) as bound:
+        await server.drain()
+    if bound.cancelled_caught:
+        log.warning(
+            "server %d: requests still in progress after %gs are cut off",
+            server.node.id,
+            server.opts.drain_timeout,
+        )
+    else:
+        log.info("server %d: drained", server.node.id)
+    notifier.status("stopping: controllers and agent")
+    await server.stop_api_users()
+    notifier.status("stopping: handing leadership over")
+    with trio.move_on_after(HANDOVER_TIMEOUT):
+        await hand_over_leadership(server.node)
+    notifier.status("stopping: closing the databases")

@@ -10,6 +10,11 @@ once) is loaded before the listener starts and kept current by a watch; the `/or
 endpoints (`tokenapi`) serve the CA, join tokens and node joins. `DATA_DIR/server-token` (0600)
 holds `K10<CA sha256>::<cluster token>`, what another server joins with (`--join URL --token`).
 
+Stopping (`drain`, the server's SIGTERM): /readyz fails and watches end at once (clients
+re-watch elsewhere), the listener closes (new connections are refused), and requests in progress
+get `drain_timeout` seconds to finish; each connection closes after its response. The in-process
+users of `api` (controllers, the embedded agent) are not affected.
+
 Certificates: `certs` (`auth.renewal.CertRenewer`) renews the serving certificate and the
 kubelet-client certificate before they expire and picks up pairs rotated on disk
 (`orchestrator certs rotate`), hot-swapping them into the listener (`tls.ReloadableContext`),
@@ -22,13 +27,14 @@ Invariants: `run` signals `task_status.started(port)` only when the listener is 
 from __future__ import annotations
 
 import logging
+import ssl
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 import yaml
+from hypercorn.config import Config
 
 from ..store.api import Store
 from . import errors
@@ -53,6 +59,7 @@ from .tokenapi import OrchestratorRoutes
 log = logging.getLogger(__name__)
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+DRAIN_TIMEOUT = 5.0  # seconds a stopping server gives the requests in progress
 Obj = dict[str, Any]
 
 
@@ -106,8 +113,18 @@ class CustomKinds:
 
 
 class ApiServer:
-    def __init__(self, store: Store, opts: ApiOptions, *, ready: Any = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        opts: ApiOptions,
+        *,
+        ready: Any = None,
+        drain_timeout: float = DRAIN_TIMEOUT,
+    ) -> None:
         self.opts = opts
+        self.drain_timeout = drain_timeout
+        self.draining = trio.Event()  # set by `drain`
+        self._served = trio.Event()  # the listener is closed and every connection finished
         self.registry = builtin_registry()
         self.custom = CustomKinds(self.registry)
         self.objects = ObjectStore(store)
@@ -160,13 +177,12 @@ class ApiServer:
             logs=logs,
             ready=self._ready or (lambda: True),
             extra=routes,
+            draining=self.draining,
         )
         context = ReloadableContext(lambda: server_ssl_context(pki)) if self.opts.tls else None
         async with trio.open_nursery() as nursery:
             await nursery.start(tokens.run)
-            self.port = await nursery.start(
-                partial(serve, app, host=host, port=port, ssl_context=context)
-            )
+            self.port = await nursery.start(self._serve, app, host, port, context)
             self._watch_certificates(pki, sans, context, logs)
             await nursery.start(self.certs.run)
             scheme = "https" if context else "http"
@@ -185,6 +201,38 @@ class ApiServer:
             nursery.start_soon(self._sync_custom_kinds)
             log.info("API server on %s (kubeconfig %s)", url, data_dir / "kubeconfig.yaml")
             task_status.started(self.port)
+
+    async def _serve(
+        self,
+        app: ApiApp,
+        host: str,
+        port: int,
+        context: ssl.SSLContext | ReloadableContext | None,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """hypercorn until drained: `drain_timeout` is its `graceful_timeout`."""
+        config = Config()
+        config.graceful_timeout = self.drain_timeout
+        try:
+            await serve(
+                app,
+                host=host,
+                port=port,
+                ssl_context=context,
+                config=config,
+                shutdown_trigger=self.draining.wait,
+                task_status=task_status,
+            )
+        finally:
+            self._served.set()
+
+    async def drain(self) -> None:
+        """Stop serving gracefully (module doc); returns once every connection has finished,
+        within about `drain_timeout`."""
+        self.draining.set()
+        if self.port:  # else the listener was never started
+            await self._served.wait()
 
     def _watch_certificates(
         self,

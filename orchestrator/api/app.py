@@ -11,8 +11,9 @@ input is a 400 Status.
 Invariants: every response is JSON with a Content-Type; every failure is a metav1.Status
 (`errors.ApiError`); no exception escapes to hypercorn — an unexpected one is logged and answered
 with a 500 Status so the process keeps serving. A watch streams one compact JSON object per
-line, flushed per event, and stops when the client goes away, the timeout passes or the store
-ends the watch.
+line, flushed per event, and stops when the client goes away, the timeout passes, the store
+ends the watch or the server drains (`draining` set: clients re-watch elsewhere, and /readyz
+fails from then on).
 
 Every request is counted in `apiserver_request_total{verb,resource,code}` and timed in
 `apiserver_request_duration_seconds{verb,resource}` (streams until their response starts);
@@ -177,8 +178,10 @@ class ApiApp:
         ready: Callable[[], bool] = lambda: True,
         rng: random.Random | None = None,
         extra: ExtraRoutes | None = None,
+        draining: trio.Event | None = None,
     ) -> None:
         self.api = api
+        self.draining = draining if draining is not None else trio.Event()  # see module doc
         self.extra = extra
         self.authenticator = authenticator
         self.server_address = server_address
@@ -238,6 +241,7 @@ class ApiApp:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
+                nursery.start_soon(_cancel_when_set, self.draining, nursery.cancel_scope)
                 with trio.move_on_after(response.timeout or WATCH_TIMEOUT):
                     async for chunk in stream:
                         await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -263,6 +267,12 @@ class ApiApp:
         if path in ("/healthz", "/livez") or path.startswith(("/healthz/", "/livez/")):
             return Response(200, b"ok", content_type="text/plain")
         if path == "/readyz" or path.startswith("/readyz/"):
+            if self.draining.is_set():
+                return Response(
+                    500,
+                    b"[-]shutdown failed: the server is shutting down\nreadyz check failed",
+                    content_type="text/plain",
+                )
             if self.ready():
                 return Response(200, b"ok", content_type="text/plain")
             return Response(
@@ -549,6 +559,11 @@ async def _cancel_on_disconnect(receive: Receive, scope: trio.CancelScope) -> No
         if message["type"] == "http.disconnect":
             scope.cancel()
             return
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -153,6 +153,14 @@ def _build_parser() -> argparse.ArgumentParser:
         help="heartbeat silence before a node is Ready=Unknown and tainted unreachable, e.g. "
         "40s (default) or 10s for a small edge site on a reliable network",
     )
+    s.add_argument(
+        "--drain-timeout",
+        type=_duration,
+        default=5.0,
+        metavar="DURATION",
+        help="on SIGTERM, how long requests in progress may take to finish before the server "
+        "stops anyway (default 5s; keep it well below the unit's TimeoutStopSec)",
+    )
     s.add_argument("--plain-http", action="store_true", help=argparse.SUPPRESS)
 
     ep = argparse.ArgumentParser(add_help=False)
@@ -303,6 +311,7 @@ def _server(args: argparse.Namespace) -> int:
         controller_options=ControllerOptions(
             node_monitor_grace_period=args.node_monitor_grace_period
         ),
+        drain_timeout=args.drain_timeout,
         api=None
         if not serve_api
         else ApiOptions(

@@ -18,9 +18,15 @@ BACKUP_CHUNK bytes of the store's SQLite image, in order) and then "ok" (value =
 revision, applied_index, image_bytes, image_sha256, ...). A KeyValue travels as [key, value,
 create_revision, mod_revision, version]; an Event as [type, kv, prev_kv].
 
+Stopping (`drain`, the server's SIGTERM): the listener closes (new connections are refused),
+every watch ends with "canceled" (reason "server shutting down": `StoreClient` resumes it on
+another server), every connection stops reading requests, answers the ones it has read and
+closes. The caller bounds the wait (a backup may stream for long).
+
 Invariants: a bad frame or an unknown op is answered with "error" (or, for an unreadable frame,
 the connection is closed) and changes nothing; "ok" for a write means it is committed and
-applied on this server; nothing a client sends can stop the server.
+applied on this server; nothing a client sends can stop the server; a request read before a
+drain is answered unless the drain's bound runs out.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -63,6 +71,7 @@ from .types import (
     encode_create,
     encode_put,
 )
+from .watch import Watcher
 
 log = logging.getLogger("orchestrator.store.service")
 
@@ -131,15 +140,53 @@ class ClientService:
         self.node: RaftNode = store.node
         self.listen = listen
         self.port = 0
+        self.draining = trio.Event()  # set by `drain`
+        self._drained = trio.Event()  # the listener is closed and every connection finished
+        self._stoppable: set[trio.CancelScope] = set()  # connection readers and watches
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled, or until drained (then it returns: module doc)."""
         host, port = parse_addr(self.listen)
         listeners = await trio.open_tcp_listeners(port, host=host)
         self.port = listeners[0].socket.getsockname()[1]
         log.info("node %d serving clients on %s:%d", self.node.id, host, self.port)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(trio.serve_listeners, self._serve, listeners)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as connections:
+                async with trio.open_nursery() as accepting:
+                    await accepting.start(
+                        partial(
+                            trio.serve_listeners,
+                            self._serve,
+                            listeners,
+                            handler_nursery=connections,
+                        )
+                    )
+                    task_status.started()
+                    await self.draining.wait()
+                    accepting.cancel_scope.cancel()  # closes the listeners
+                log.info("node %d: client port closed, finishing the requests read", self.node.id)
+        finally:
+            self._drained.set()
+
+    async def drain(self) -> None:
+        """Stop serving gracefully (module doc); returns once every connection is closed.
+        Callers bound it."""
+        self.draining.set()
+        for scope in list(self._stoppable):
+            scope.cancel()
+        await self._drained.wait()
+
+    @contextmanager
+    def _until_drained(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope that `drain` cancels (at once if the drain has begun)."""
+        with trio.CancelScope() as scope:
+            if self.draining.is_set():
+                scope.cancel()
+            self._stoppable.add(scope)
+            try:
+                yield scope
+            finally:
+                self._stoppable.discard(scope)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         decoder = FrameDecoder(MAX_CLIENT_FRAME)
@@ -150,15 +197,17 @@ class ClientService:
         try:
             async with stream, trio.open_nursery() as nursery:
                 nursery.start_soon(self._writer, stream, recv_q)
+                # Draining stops the reading; the requests read are answered, then it closes.
                 async with send_q:
-                    while True:
-                        data = await stream.receive_some(65536)
-                        if not data:
-                            break
-                        for frame in decoder.receive_data(data):
-                            await limiter.acquire_on_behalf_of(frame)
-                            if not self._fast_write(frame, send_q, limiter, nursery):
-                                nursery.start_soon(self._handle, frame, send_q.clone(), limiter)
+                    with self._until_drained():
+                        while True:
+                            data = await stream.receive_some(65536)
+                            if not data:
+                                break
+                            for frame in decoder.receive_data(data):
+                                await limiter.acquire_on_behalf_of(frame)
+                                if not self._fast_write(frame, send_q, limiter, nursery):
+                                    nursery.start_soon(self._handle, frame, send_q.clone(), limiter)
         except* (OSError, trio.BrokenResourceError, trio.ClosedResourceError, FramingError) as eg:
             log.debug("client connection closed: %s", eg.exceptions[0])
         except* Exception:
@@ -225,7 +274,7 @@ class ClientService:
                 while True:
                     try:
                         batch.append(q.receive_nowait())
-                    except trio.WouldBlock:
+                    except (trio.WouldBlock, trio.EndOfChannel):  # the last answer is in
                         break
                 await stream.send_all(b"".join(batch))
 
@@ -310,33 +359,44 @@ class ClientService:
             raise BadRequest("start revision must be a non-negative integer")
         progress = bool(args[2]) if len(args) > 2 else False
         async with self.store.watch(prefix, start, progress_notify=progress) as watcher:
-            async for resp in watcher:
-                if resp.canceled:
-                    q.send_nowait(
-                        encode_frame(
-                            msgpack.packb(
-                                [rid, "canceled", [resp.cancel_reason, resp.compact_revision]]
-                            )
+            with self._until_drained() as stopping:
+                await self._stream_watch(rid, watcher, q)
+        if stopping.cancelled_caught:  # the client resumes on another server
+            frame = encode_frame(msgpack.packb([rid, "canceled", ["server shutting down", 0]]))
+            with suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                q.send_nowait(frame)
+
+    async def _stream_watch(
+        self, rid: Any, watcher: Watcher, q: trio.MemorySendChannel[bytes]
+    ) -> None:
+        """Until the watch is canceled, or the client does not keep up (both end it)."""
+        async for resp in watcher:
+            if resp.canceled:
+                q.send_nowait(
+                    encode_frame(
+                        msgpack.packb(
+                            [rid, "canceled", [resp.cancel_reason, resp.compact_revision]]
                         )
                     )
-                    return
-                frame = encode_frame(
-                    msgpack.packb(
-                        [
-                            rid,
-                            "watch",
-                            [[event_wire(e) for e in resp.events], resp.revision, resp.progress],
-                        ]
-                    )
                 )
-                try:
-                    q.send_nowait(frame)
-                except trio.WouldBlock:
-                    # The client does not read its answers: end the watch, it must re-list.
-                    q.send_nowait(
-                        encode_frame(msgpack.packb([rid, "canceled", ["client too slow", 0]]))
-                    )
-                    return
+                return
+            frame = encode_frame(
+                msgpack.packb(
+                    [
+                        rid,
+                        "watch",
+                        [[event_wire(e) for e in resp.events], resp.revision, resp.progress],
+                    ]
+                )
+            )
+            try:
+                q.send_nowait(frame)
+            except trio.WouldBlock:
+                # The client does not read its answers: end the watch, it must re-list.
+                q.send_nowait(
+                    encode_frame(msgpack.packb([rid, "canceled", ["client too slow", 0]]))
+                )
+                return
 
     async def _backup(self, rid: Any, q: trio.MemorySendChannel[bytes]) -> None:
         """Stream a consistent image of the store: a ReadIndex barrier (so the image holds

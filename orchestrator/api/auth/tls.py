@@ -17,8 +17,9 @@ scope, and its `worker_serve` hard-codes its `TCPServer`. So `serve` builds the 
 
 Hypercorn internals relied on (pin `hypercorn>=0.17,<0.19`, checked against 0.18.0):
 `hypercorn.trio.tcp_server.TCPServer(app_wrapper, config, context, state, stream)`,
-`hypercorn.trio.worker_context.WorkerContext(max_requests)`, `hypercorn.app_wrappers.ASGIWrapper`,
-and `hypercorn.protocol.h11.H11Protocol._send_h11_event`, wrapped (once, at import) to add the
+`hypercorn.trio.worker_context.WorkerContext(max_requests)` (and its `terminated` event, which
+HTTP/1.1 connections check before they are kept alive), `hypercorn.app_wrappers.ASGIWrapper`, and
+`hypercorn.protocol.h11.H11Protocol._send_h11_event`, wrapped (once, at import) to add the
 reason phrase hypercorn leaves out: Go's net/http sends `HTTP/1.1 404 Not Found`, and the Python
 client shows that phrase as `ApiException.reason`.
 
@@ -32,12 +33,23 @@ Structured concurrency: `serve` runs until cancelled; it starts its per-connecti
 own nursery, so cancelling the caller's scope closes the listeners and every connection. The
 ASGI lifespan protocol is not run: long-lived components start in the caller's nursery.
 `task_status.started(port)` reports the bound port (useful with `port=0`).
+
+Graceful stop, as hypercorn's `worker_serve`: once `shutdown_trigger()` returns, the listeners
+close (new connections are refused), the worker context's `terminated` is set (an idle
+keep-alive connection closes at once, a busy one after its current response) and the
+connections get `config.graceful_timeout` seconds to finish before they are cancelled; then
+`serve` returns. Streams that never end by themselves (watches) are the app's to end. A
+connection's `TCPServer` also ends as soon as it has closed its stream (`_EndOnClose`): in 0.18
+a reader that read the client's next request before the current response cycle ended waits
+(h11 PAUSED) for a new cycle that a closing connection never starts, so it would hold the stop
+until the timeout (and, outside a stop, leak the connection's task).
 """
 
 from __future__ import annotations
 
 import ssl
 from collections.abc import Awaitable, Callable, MutableMapping
+from functools import partial
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -124,6 +136,24 @@ class _ReloadingSSLListener(trio.abc.Listener[trio.SSLStream[trio.SocketStream]]
         await self.transport.aclose()
 
 
+class _EndOnClose:
+    """A connection's stream as `TCPServer` sees it: closing it also cancels `scope`, the
+    connection's, once the close is done (why: module doc). Everything else is the stream's."""
+
+    def __init__(self, stream: trio.abc.Stream, scope: trio.CancelScope) -> None:
+        self._stream = stream
+        self._scope = scope
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            self._scope.cancel()
+
+
 def client_cert_der(scope: Scope) -> bytes | None:
     """The verified client certificate (DER) of the connection a scope came from, if any."""
     tls = (scope.get("extensions") or {}).get("tls") or {}
@@ -152,9 +182,11 @@ async def serve(
     port: int = 0,
     ssl_context: ssl.SSLContext | ReloadableContext | None = None,
     config: Config | None = None,
+    shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `app` on host:port until cancelled; `task_status.started(bound_port)`.
+    """Serve `app` on host:port until cancelled, or until `shutdown_trigger()` returns and
+    the connections have finished (module doc); `task_status.started(bound_port)`.
 
     `host` should be an address literal ("127.0.0.1", "::", "0.0.0.0"): with `port=0` only the
     first resolved address is bound, so there is one port to report.
@@ -182,17 +214,27 @@ async def serve(
             der = stream.getpeercert(binary_form=True)
         asgi = _with_tls(app, der) if isinstance(stream, trio.SSLStream) else app
         wrapped = ASGIWrapper(cast(Any, asgi))  # hypercorn's ASGIFramework is a narrower Protocol
-        # TCPServer is annotated for SSL streams only but handles plain ones (AttributeError path).
-        await TCPServer(wrapped, config, context, ConnectionState({}), cast(Any, stream))
+        with trio.CancelScope() as connection:
+            # TCPServer is annotated for SSL streams only but handles plain ones (AttributeError
+            # path, which `_EndOnClose` keeps).
+            ending = _EndOnClose(stream, connection)
+            await TCPServer(wrapped, config, context, ConnectionState({}), cast(Any, ending))
 
-    async with trio.open_nursery() as nursery:
-        serving: list[trio.abc.Listener[Any]] = []
-        for listener in listeners:
-            if ssl_context is None:
-                serving.append(listener)
-            elif isinstance(ssl_context, ReloadableContext):
-                serving.append(_ReloadingSSLListener(listener, ssl_context))
-            else:
-                serving.append(trio.SSLListener(listener, ssl_context, https_compatible=True))
-        await nursery.start(trio.serve_listeners, handle, serving)
-        task_status.started(bound)
+    serving: list[trio.abc.Listener[Any]] = []
+    for listener in listeners:
+        if ssl_context is None:
+            serving.append(listener)
+        elif isinstance(ssl_context, ReloadableContext):
+            serving.append(_ReloadingSSLListener(listener, ssl_context))
+        else:
+            serving.append(trio.SSLListener(listener, ssl_context, https_compatible=True))
+    async with trio.open_nursery() as connections:
+        async with trio.open_nursery() as accepting:
+            await accepting.start(
+                partial(trio.serve_listeners, handle, serving, handler_nursery=connections)
+            )
+            task_status.started(bound)
+            await (shutdown_trigger or trio.sleep_forever)()
+            accepting.cancel_scope.cancel()  # closes the listeners
+        await context.terminated.set()
+        connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
