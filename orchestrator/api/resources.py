@@ -10,7 +10,11 @@ validation with pruning and defaults, kind defaults, metadata and kind checks, n
 -> managedFields -> store. Updates and patches run in a compare-and-swap loop
 (`_guaranteed_update`, like the apiserver's GuaranteedUpdate): the write is conditional on the
 revision the live object was read at; on a conflict the loop re-reads and recomputes, unless
-the client itself named a resourceVersion, in which case the 409 is the client's.
+the client itself named a resourceVersion, in which case the 409 is the client's. The first
+read is local (serializable, like the apiserver's watch-cache read): the compare-and-swap is what
+makes the write safe, so a stale read costs a retry, never a wrong write. Whatever would answer
+without a write (a 404, a precondition mismatch, a no-op, a dry run) is decided on a
+linearizable read, so a stale copy never answers a client.
 
 Invariants: nothing is stored unless the whole pipeline accepted it (every failure leaves the
 store unchanged); a write that would change nothing is not stored (the resourceVersion stays);
@@ -487,32 +491,21 @@ class Api:
         """Read, mutate, admit and compare-and-swap until it sticks (see the module doc).
         `mutate(live)` returns the proposed object; it must not modify `live` (the patch
         engines copy what they change, an update ignores it)."""
+        fresh = False  # read linearizably (after a local read fell short)
         for _ in range(MAX_UPDATE_ATTEMPTS):
-            live = await self.objects.get(kind, ns, name)
-            proposed = mutate(live)
-            wanted = precondition if precondition is not None else _client_rv(proposed)
-            if wanted is not None and wanted != _rv(live):
-                raise errors.conflict(kind.plural, kind.group, name)
-            # Not copied: admission's validation makes the object to store a new one.
-            obj = prepare_update(kind, proposed, live, subresource=sub, copy=False)
-            if managed:
-                obj["metadata"]["managedFields"] = proposed["metadata"].get("managedFields", [])
-            obj = self._admit(call, "update", kind, obj, live, sub)
-            if (kind.group, kind.plural) == _CRD:
-                obj["status"] = crds.crd_status(obj, self.now())
-            if not managed:
-                obj = track_update(
-                    live,
-                    obj,
-                    manager=call.opts.field_manager,
-                    schema=kind.schema,
-                    api_version=kind.api_version,
-                    now=self.now(),
-                    subresource=sub,
-                    copy=False,
-                )
-            obj["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
-            if same_object(obj, live):
+            try:
+                live = await self.objects.get(kind, ns, name, stale_ok=not fresh)
+                obj = self._updated(call, kind, sub, live, mutate, precondition, managed)
+            except ApiError:
+                if fresh:
+                    raise
+                fresh = True  # a 404, a failed check or a mismatch: only the latest state says
+                continue
+            noop = same_object(obj, live)
+            if not fresh and (noop or call.opts.dry_run):
+                fresh = True  # answered without a write: only from the latest state
+                continue
+            if noop:
                 return self._present(kind, live)
             if call.opts.dry_run:
                 return self._present(kind, obj)
@@ -530,15 +523,57 @@ class Api:
                     return self._present(kind, obj)
                 stored = await self.objects.update(kind, obj, _rv(live))
             except ApiError as exc:
-                if exc.code == 409 and exc.reason == "Conflict" and precondition is None:
-                    # Someone else wrote meanwhile: recompute on the new state. A patch that
-                    # named a resourceVersion fails the check above on the next round (the live
-                    # one moved on); one that did not just inherited the live one.
+                if (
+                    exc.code == 409
+                    and exc.reason == "Conflict"
+                    and (precondition is None or not fresh)
+                ):
+                    # Someone else wrote meanwhile (or the local read was stale): recompute on
+                    # the new state. A patch that named a resourceVersion fails the check above
+                    # on the next round (the live one moved on); one that did not just
+                    # inherited the live one.
+                    fresh = True
                     continue
                 raise
             self._after_write(kind, stored)
             return self._present(kind, stored)
         raise errors.conflict(kind.plural, kind.group, name, "too many concurrent writers")
+
+    def _updated(
+        self,
+        call: Call,
+        kind: Kind,
+        sub: str,
+        live: Obj,
+        mutate: Callable[[Obj], Obj],
+        precondition: int | None,
+        managed: bool,
+    ) -> Obj:
+        """The object `_guaranteed_update` would store over `live` (raises ApiError)."""
+        proposed = mutate(live)
+        wanted = precondition if precondition is not None else _client_rv(proposed)
+        if wanted is not None and wanted != _rv(live):
+            raise errors.conflict(kind.plural, kind.group, str(live["metadata"].get("name")))
+        # Not copied: admission's validation makes the object to store a new one.
+        obj = prepare_update(kind, proposed, live, subresource=sub, copy=False)
+        if managed:
+            obj["metadata"]["managedFields"] = proposed["metadata"].get("managedFields", [])
+        obj = self._admit(call, "update", kind, obj, live, sub)
+        if (kind.group, kind.plural) == _CRD:
+            obj["status"] = crds.crd_status(obj, self.now())
+        if not managed:
+            obj = track_update(
+                live,
+                obj,
+                manager=call.opts.field_manager,
+                schema=kind.schema,
+                api_version=kind.api_version,
+                now=self.now(),
+                subresource=sub,
+                copy=False,
+            )
+        obj["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
+        return obj
 
     # ------------------------------------------------------------------ delete
     async def delete(
