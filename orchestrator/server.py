@@ -38,6 +38,7 @@ from .api.apiendpoints import ApiEndpointsPublisher
 from .api.apiserver import DRAIN_TIMEOUT, ApiOptions, ApiServer
 from .controllers.registry import default_controllers
 from .controllers.runtime.manager import ControllerManager, ControllerOptions
+from .memory import trim_heap, trim_task
 from .raft.node import NodeConfig, RaftError, RaftNode
 from .raft.statemachine import StateMachine
 from .store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
@@ -211,7 +212,8 @@ class Server:
 # Cyclic GC: a server allocates many short-lived containers per request (entries, messages,
 # dicts); at CPython's default gen-0 threshold (700) the collector took ~8% of a server's CPU
 # under write load (perf). Almost nothing here forms cycles, so collect far less often, and
-# move everything alive after start-up out of the collector's sight.
+# move everything alive after start-up out of the collector's sight. Then the C heap's free pages
+# (start-up garbage) go back to the kernel (`memory`), now and periodically (`trim_task`).
 GC_THRESHOLDS = (50_000, 20, 20)
 
 
@@ -219,6 +221,7 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    trim_heap()
 
 
 def role_status(node: RaftNode) -> str:
@@ -297,6 +300,7 @@ async def serve_until_signalled(opts: ServerOptions, notifier: Notifier | None =
             tune_gc()
             notifier.ready(role_status(server.node))
             nursery.start_soon(_report_role, server.node, notifier)
+            nursery.start_soon(trim_task)
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     notifier.reloading()

@@ -58,7 +58,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
 import trio
 
 from ..cri.runtime import CriError, DeadlineExceeded, ExecResult
@@ -359,6 +358,8 @@ class Prober:
         return Result.UNKNOWN, h.reason
 
     async def _http(self, h: HttpGet, host: str, seconds: float) -> tuple[Result, str]:
+        import httpx  # here, not at the top: an agent whose pods have no HTTP probes never needs it
+
         scheme = "https" if h.scheme == "HTTPS" else "http"
         url = f"{scheme}://{_host_literal(host)}:{h.port}{h.path}"
         headers = {"User-Agent": USER_AGENT, "Accept": "*/*", "Connection": "close"}

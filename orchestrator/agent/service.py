@@ -69,6 +69,7 @@ import trio
 
 from ..config import ListOption
 from ..cri.runtime import RuntimeService
+from ..memory import trim_task
 from ..systemd import Notifier, reload_log_level, watchdog_task
 from .agent import Agent, AgentOptions
 from .podworker import WorkerOptions
@@ -377,6 +378,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                     await wait_runtime(runtime, notifier)
                     notifier.ready(connection_status(agent, endpoints))
                     nursery.start_soon(_report_connection, agent, endpoints, notifier)
+                    nursery.start_soon(trim_task)  # start-up garbage back to the kernel
                     async for signum in signals:
                         if signum == signal.SIGHUP:
                             notifier.reloading()

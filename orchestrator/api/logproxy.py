@@ -39,10 +39,9 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-import httpx
 import trio
 from cryptography import x509
 
@@ -51,6 +50,9 @@ from .auth.pki import RENEW_BEFORE, Pki, issue_client_cert, pair_lock, signed_by
 from .auth.renewal import Leaf, in_thread
 from .errors import ApiError
 from .request import Query
+
+if TYPE_CHECKING:  # imported by the first proxied request: a server that serves no logs needs none
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +191,12 @@ class _Stream:
     """The agent's 200 response as an async iterator of chunks; `aclose` releases everything."""
 
     def __init__(self, client: httpx.AsyncClient, response: httpx.Response) -> None:
+        import httpx
+
         self._client = client
         self._response = response
         self._chunks = response.aiter_raw()
+        self._ended = (httpx.TransportError, httpx.StreamError)
 
     def __aiter__(self) -> _Stream:
         return self
@@ -199,7 +204,7 @@ class _Stream:
     async def __anext__(self) -> bytes:
         try:
             return await self._chunks.__anext__()
-        except (httpx.TransportError, httpx.StreamError) as exc:
+        except self._ended as exc:
             log.info("log stream from the agent ended: %s", exc)
             raise StopAsyncIteration from None
 
@@ -272,6 +277,8 @@ class AgentLogProxy:
         url = f"https://{_host(address)}:{port}/{path}"
         if params:
             url += "?" + urlencode(params)
+        import httpx  # see the top of the module
+
         timeout = httpx.Timeout(self.connect_timeout, read=None)
         client = httpx.AsyncClient(verify=self.ssl_context, timeout=timeout)
         try:

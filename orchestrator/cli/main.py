@@ -57,7 +57,11 @@ def _duration(text: str) -> float:
     return value
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The `orchestrator` command's parser; with `argv`, only what that command line needs:
+    `server` and `agent` run for days, so for them the other commands' modules (the kubectl-like
+    CLI and its HTTP client, the benchmark, ...) are not imported into the long-running process
+    (megabytes of idle RSS). Without `argv`, every command."""
     p = argparse.ArgumentParser(prog="orchestrator", description="Edge orchestrator.")
     p.add_argument(
         "--log-level",
@@ -201,30 +205,33 @@ def _build_parser() -> argparse.ArgumentParser:
         help="Raft status of every server, members and leader; nodes and pods with a kubeconfig",
     )
     st.add_argument("-o", "--output", choices=["table", "json"], default="table")
-    from . import backup as backup_cli  # orchestrator backup | restore
-    from . import status as status_cli  # status --kubeconfig / --data-dir
+    lean = argv is not None and config.find_command(argv, p) in config.COMMANDS
+    if not lean:
+        from . import backup as backup_cli  # orchestrator backup | restore
+        from . import status as status_cli  # status --kubeconfig / --data-dir
 
-    status_cli.add_options(st)
-    backup_cli.add_parsers(sub, ep)
+        status_cli.add_options(st)
+        backup_cli.add_parsers(sub, ep)
 
-    from . import kube  # kubectl-like commands against the API server (apply, get, ...)
+        from . import kube  # kubectl-like commands against the API server (apply, get, ...)
 
-    kube.add_parsers(sub)
-    from ..bench import reconcile as bench_reconcile  # orchestrator bench reconcile
+        kube.add_parsers(sub)
+        from ..bench import reconcile as bench_reconcile  # orchestrator bench reconcile
 
-    bench_reconcile.add_parser(sub)
+        bench_reconcile.add_parser(sub)
     from ..agent import service as agent_service  # orchestrator agent
 
     agent_service.add_parser(sub)
-    from . import token as token_cli  # orchestrator token create|list|revoke
+    if not lean:
+        from . import token as token_cli  # orchestrator token create|list|revoke
 
-    token_cli.add_parser(sub)
-    from . import certs as certs_cli  # orchestrator certs check|rotate
+        token_cli.add_parser(sub)
+        from . import certs as certs_cli  # orchestrator certs check|rotate
 
-    certs_cli.add_parser(sub)
-    from . import install_service  # orchestrator install-service
+        certs_cli.add_parser(sub)
+        from . import install_service  # orchestrator install-service
 
-    install_service.add_parser(sub)
+        install_service.add_parser(sub)
     for command in config.COMMANDS:  # --config FILE, --print-config
         config.add_config_options(sub.choices[command])
     return p
@@ -437,7 +444,8 @@ def _print_status(
 
 def main(argv: Sequence[str] | None = None) -> int:
     # A configuration file and ORCHESTRATOR_<KEY> variables give `server`/`agent` defaults.
-    args = config.parse_args(_build_parser(), argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = config.parse_args(_build_parser(argv), argv)
     logsetup.setup(args.log_level, args.log_format)
     try:
         if args.command == "server":

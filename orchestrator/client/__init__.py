@@ -5,10 +5,10 @@ watch and streams; errors as `ApiException`); `discover` -> `ResourceMapper` (wh
 `po` means); `ResourceInfo` and well-known built-in resources. Nothing here prints.
 """
 
-from .config import ClientConfig, ConfigError, default_kubeconfig_paths, load_kubeconfig
-from .discovery import ResourceMapper, ResourceNotFound, discover, parse_resource_lists
-from .resource import DEPLOYMENTS, EVENTS, NAMESPACES, NODES, PODS, REPLICASETS, ResourceInfo
-from .rest import (
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .protocol import (
     APPLY_PATCH,
     JSON,
     JSON_PATCH,
@@ -17,10 +17,40 @@ from .rest import (
     TABLE_ACCEPT,
     ApiConnectionError,
     ApiException,
-    RestClient,
     WatchDecoder,
     WatchEvent,
 )
+from .resource import DEPLOYMENTS, EVENTS, NAMESPACES, NODES, PODS, REPLICASETS, ResourceInfo
+
+if TYPE_CHECKING:
+    from .config import ClientConfig, ConfigError, default_kubeconfig_paths, load_kubeconfig
+    from .discovery import ResourceMapper, ResourceNotFound, discover, parse_resource_lists
+    from .rest import RestClient
+
+# Imported on first use (`__getattr__`), not with the package: the transport (httpx) and the
+# kubeconfig reader (yaml) would otherwise be loaded into every process that only needs the
+# values above, such as the server, whose controllers and agent use the in-process client.
+_LAZY = {
+    "ClientConfig": "config",
+    "ConfigError": "config",
+    "default_kubeconfig_paths": "config",
+    "load_kubeconfig": "config",
+    "ResourceMapper": "discovery",
+    "ResourceNotFound": "discovery",
+    "discover": "discovery",
+    "parse_resource_lists": "discovery",
+    "RestClient": "rest",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "APPLY_PATCH",

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlencode
 
 import trio
@@ -48,8 +48,10 @@ from ...api.resources import Api, Call
 from ...api.watch import open_watch
 from ...client import APPLY_PATCH, MERGE_PATCH, ApiConnectionError, ApiException, ResourceInfo
 from ...client.resource import DEPLOYMENTS, EVENTS, NAMESPACES, NODES, PODS, REPLICASETS
-from ...client.rest import RestClient
 from ...store.fencing import fenced
+
+if TYPE_CHECKING:  # not imported at run time: in-process users (the server) need no httpx
+    from ...client.rest import RestClient
 
 __all__ = [
     "CONFIGMAPS",
