@@ -19,6 +19,14 @@ The algorithm follows the Raft paper and etcd-io/raft:
 - elections with pre-vote (a partitioned node does not inflate terms) and check-quorum (a leader
   that has not heard from a quorum for an election timeout steps down; followers that heard from
   a leader within that time ignore disruptive vote requests: the "leader lease");
+- fast failover: when the driver reports that the leader's process is gone (`report_peer_down`:
+  its connection was closed or reset, or refused — what a kernel does for a killed process),
+  a follower forgets that leader, so it no longer holds the lease for it, and campaigns (with
+  pre-vote) a few ticks later instead of after a whole randomized election timeout. The voters
+  campaign in turn (`down_campaign_delay`: lowest id first, two ticks apart) so that the ones
+  that saw the same crash do not split the vote. A pre-vote only wins once a quorum stopped
+  hearing from the leader, so a connection reset under a live leader disrupts nothing; a
+  machine that vanishes without closing its connections is still found by the timeout;
 - replication with batching (a `Ready` carries every proposal since the last one), pipelining
   (up to `max_inflight` appends in flight per follower) and fast back-off on mismatch (the
   follower's hint skips a whole divergent term per round trip);
@@ -67,6 +75,12 @@ from .types import (
 )
 
 TRANSFER_CONTEXT = b"transfer"  # marks a campaign caused by leadership transfer
+# After the leader is reported down, the remaining voters campaign in id order, the first after
+# DOWN_FIRST_TICKS (at least one whole tick: the others see the same closed connections
+# meanwhile and stop holding the lease), each next one DOWN_STEP_TICKS later: more than a
+# whole pre-vote + vote round apart, so they do not split the vote.
+DOWN_FIRST_TICKS = 2
+DOWN_STEP_TICKS = 2
 FORWARD_DEDUP_WINDOW = 8192  # forwarded proposals remembered per leadership, to drop duplicates
 _EMPTY_HARD_STATE = HardState()
 _EMPTY_SNAPSHOT = SnapshotMeta()
@@ -143,6 +157,8 @@ class RaftCore:
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
         self.randomized_timeout = 0
+        # > 0: campaign when election_elapsed reaches it (the leader was reported down)
+        self.down_campaign_at = 0
         self.lead_transferee: NodeId = NONE
         self.leaving = False
         self.forwarded: dict[bytes, None] = {}  # recent forwarded data, oldest first
@@ -205,6 +221,7 @@ class RaftCore:
         self.lead = NONE
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
+        self.down_campaign_at = 0
         self.randomized_timeout = self.cfg.election_tick + self.rng.randrange(
             self.cfg.election_tick
         )
@@ -235,6 +252,7 @@ class RaftCore:
         self.role = Role.PRE_CANDIDATE
         self.lead = NONE
         self.votes = {}
+        self.down_campaign_at = 0
 
     def _become_candidate(self) -> None:
         self._reset(self.term + 1)
@@ -259,7 +277,10 @@ class RaftCore:
             self._tick_heartbeat()
         else:
             self.election_elapsed += 1
-            if self.promotable() and self.election_elapsed >= self.randomized_timeout:
+            if self.promotable() and (
+                self.election_elapsed >= self.randomized_timeout
+                or 0 < self.down_campaign_at <= self.election_elapsed
+            ):
                 self.election_elapsed = 0
                 self._campaign(pre=self.cfg.pre_vote, transfer=False)
 
@@ -423,6 +444,7 @@ class RaftCore:
             self._send(Message(resp, m.frm, self.id, m.term))
             if not pre:
                 self.election_elapsed = 0
+                self.down_campaign_at = 0
                 self.vote = m.frm
         else:
             self._send(Message(resp, m.frm, self.id, self.term, reject=True))
@@ -449,10 +471,12 @@ class RaftCore:
         t = m.type
         if t is MsgType.APP:
             self.election_elapsed = 0
+            self.down_campaign_at = 0
             self.lead = m.frm
             self._handle_append(m)
         elif t is MsgType.HEARTBEAT:
             self.election_elapsed = 0
+            self.down_campaign_at = 0
             self.lead = m.frm
             self.log.commit_to(min(m.commit, self.log.last_index()))
             self._send(
@@ -460,6 +484,7 @@ class RaftCore:
             )
         elif t is MsgType.SNAP:
             self.election_elapsed = 0
+            self.down_campaign_at = 0
             self.lead = m.frm
             self._handle_snapshot(m)
         elif t is MsgType.TIMEOUT_NOW:
@@ -774,6 +799,34 @@ class RaftCore:
         pr = self.prs.get(to)
         if self.role is Role.LEADER and pr is not None and pr.state is ProgressState.REPLICATE:
             pr.become_probe()
+
+    def report_peer_down(self, peer: NodeId) -> None:
+        """The driver saw `peer`'s process go away: a connection with it was closed or reset
+        by its side, or refused (a killed process's sockets are closed by its kernel at once; a
+        machine that loses power closes nothing, and is found out by the election timeout).
+
+        Only news about our leader matters, to a follower: it forgets the leader — so it no
+        longer holds the lease for it and answers other candidates' pre-votes, and requests
+        fail at once instead of being forwarded to nobody — and, if it may vote, campaigns
+        (pre-vote) `down_campaign_delay` ticks from now instead of after a whole randomized
+        election timeout. If the leader is in fact alive (a connection reset on the way), it
+        and every follower that still hears from it turn that pre-vote down, and its next
+        message makes us follow it again: nothing is disrupted. Without pre-vote and
+        check-quorum (no lease to protect the leader) we only forget the leader."""
+        if self.role is not Role.FOLLOWER or peer == NONE or peer != self.lead:
+            return
+        self.lead = NONE
+        self.notes.append(f"leader {peer} is down (its connection closed)")
+        if self.promotable() and self.cfg.pre_vote and self.cfg.check_quorum:
+            self.down_campaign_at = self.election_elapsed + self.down_campaign_delay(peer)
+
+    def down_campaign_delay(self, leader: NodeId) -> int:
+        """Ticks to wait before campaigning after `leader` was reported down: the voters other
+        than the leader take turns in id order (see DOWN_FIRST_TICKS), so that those that saw
+        the same crash do not all campaign at once and split the vote."""
+        others = sorted(v for v in self.conf.voters if v != leader)
+        rank = others.index(self.id) if self.id in others else len(others)
+        return DOWN_FIRST_TICKS + DOWN_STEP_TICKS * rank
 
     def report_snapshot(self, to: NodeId, ok: bool) -> None:
         """The driver finished (or failed) sending a snapshot to `to`."""

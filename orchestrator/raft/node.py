@@ -21,6 +21,12 @@ commit) — then works through every `Ready`:
 Ticks are coalesced: while the loop is busy (a slow fsync), at most one tick waits, so a slow
 disk delays elections instead of triggering a burst of them.
 
+When the transport sees a peer's process go away (its connections closed or reset, or refused),
+the loop reports it to the core (`report_peer_down`: a follower whose leader that was campaigns
+within a few ticks instead of an election timeout), in order with the peer's messages: only
+once every message the transport had received before it has been stepped, so a last heartbeat
+still on its way through the inbox is not mistaken for news from a live leader.
+
 Invariants: the core is only touched by `_loop`; a proposal resolves only when its entry is
 applied (success, if the entry at its index has its term) or overwritten (`ProposalLost`); a
 read barrier resolves only once the state machine has applied the read index confirmed by a
@@ -239,6 +245,10 @@ class RaftNode:
         self._inbox: list[Message] = []
         self._requests: list[tuple[str, Any, _Waiter]] = []
         self._tick_pending = False
+        # Peers the transport saw go away, each with the count of messages it had received by
+        # then; reported to the core once that many have been stepped (`_step_inbox`).
+        self._peers_down: deque[tuple[NodeId, int]] = deque()
+        self._stepped = 0  # messages taken from the transport and stepped into the core
         # Normal proposals carry an envelope (origin node id, request id) so the proposer
         # recognises its entry when applied, also when a follower forwarded it to the leader.
         # Request ids start at a random point so that entries replayed after a restart can
@@ -407,6 +417,7 @@ class RaftNode:
             {pid: parse_addr(a) for pid, a in self.peers.items() if pid != self.id},
             faults=cfg.faults,
             rng=random.Random(self._rng.random()),
+            on_peer_down=self._on_peer_down,
         )
         log.info(
             "node %d open: term %d, commit %d, applied %d, %d entries, snapshot at %d",
@@ -424,6 +435,27 @@ class RaftNode:
             self._wake.set()
             if len(self._inbox) > 10_000:
                 await trio.lowlevel.checkpoint()  # let the loop drain a flood
+
+    def _on_peer_down(self, peer: NodeId) -> None:
+        self._peers_down.append((peer, self.transport.statistics().received))
+        self._wake.set()
+
+    def _step_inbox(self, inbox: list[Message]) -> None:
+        core = self.core
+        down = self._peers_down
+        if not down:
+            for m in inbox:
+                core.step(m)
+            self._stepped += len(inbox)
+            return
+        # A report goes in after the messages the transport had received before it.
+        for m in inbox:
+            while down and down[0][1] <= self._stepped:
+                core.report_peer_down(down.popleft()[0])
+            core.step(m)
+            self._stepped += 1
+        while down and down[0][1] <= self._stepped:
+            core.report_peer_down(down.popleft()[0])
 
     async def _ticker(self) -> None:
         while True:
@@ -444,8 +476,7 @@ class RaftNode:
             await self._wake.wait()
             self._wake = trio.Event()
             inbox, self._inbox = self._inbox, []
-            for m in inbox:
-                core.step(m)
+            self._step_inbox(inbox)
             if self._tick_pending:
                 self._tick_pending = False
                 core.tick()

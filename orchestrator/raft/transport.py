@@ -22,6 +22,11 @@ Invariants:
   `queue_size` undelivered inbound messages, and about `max_frame` bytes per inbound connection.
 - All tasks live in the nursery opened by `run`; cancelling `run` stops them and closes every
   socket. The transport may be run again after `run` returns (not concurrently).
+- `on_peer_down(peer)` is called when the peer's side ended a connection (EOF or reset, on
+  either direction, after its hello) or refused one: signs that its process is gone, which a
+  kernel gives at once for a killed process. Never for our own closes (cancellation, address
+  changes, bad frames), timeouts or a black-holed address. It is called after every message
+  that connection delivered went into `inbound` (`statistics().received` counts them).
 - Fault injection happens on the sending side only (`FaultInjector.plan`), so one injector can be
   shared by every transport of a test cluster.
 """
@@ -34,6 +39,7 @@ import logging
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,6 +216,7 @@ class PeerTransport:
         queue_size: int = 4096,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         rng: random.Random | None = None,
+        on_peer_down: Callable[[NodeId], None] | None = None,
     ) -> None:
         if node_id < 1:
             raise ValueError("node ids start at 1")
@@ -225,6 +232,7 @@ class PeerTransport:
         self.queue_size = queue_size
         self.reconnect_backoff = reconnect_backoff
         self._rng = rng if rng is not None else random.Random()
+        self.on_peer_down = on_peer_down
 
         self._peers: dict[NodeId, _Peer] = {}
         # Explicitly removed members are not re-learned from their hellos: a removed server that
@@ -432,6 +440,8 @@ class PeerTransport:
                     with trio.move_on_after(CONNECT_TIMEOUT) as connect_scope:
                         stream = await trio.open_tcp_stream(*addr)
                 except OSError as exc:
+                    if _refused(exc):
+                        self._peer_down(peer.node_id)
                     log.log(
                         level,
                         "node %d: cannot connect to peer %d at %s:%d: %s",
@@ -509,6 +519,8 @@ class PeerTransport:
                     peer.node_id,
                     exc,
                 )
+                if not isinstance(exc, trio.ClosedResourceError):  # that one we closed
+                    self._peer_down(peer.node_id)
                 return
             finally:
                 if written:
@@ -549,6 +561,8 @@ class PeerTransport:
             data = await stream.receive_some(_RECV_SIZE)
         except _CONN_ERRORS as exc:
             log.info("node %d: connection to peer %d lost: %s", self.node_id, peer.node_id, exc)
+            if not isinstance(exc, trio.ClosedResourceError):  # that one we closed
+                self._peer_down(peer.node_id)
         else:
             if data:
                 log.warning(
@@ -558,7 +572,16 @@ class PeerTransport:
                 )
             else:
                 log.info("node %d: peer %d closed the connection", self.node_id, peer.node_id)
+                self._peer_down(peer.node_id)
         conn.cancel()
+
+    def _peer_down(self, peer_id: NodeId) -> None:
+        if self.on_peer_down is None:
+            return
+        try:
+            self.on_peer_down(peer_id)
+        except Exception:  # the driver's bug must not take the connection's task down
+            log.exception("node %d: error in on_peer_down(%d)", self.node_id, peer_id)
 
     # ------------------------------------------------------------------ inbound
 
@@ -571,6 +594,8 @@ class PeerTransport:
             log.info(
                 "node %d: inbound connection from %s failed: %s", self.node_id, conn.remote, exc
             )
+            if conn.peer_id is not None and not isinstance(exc, trio.ClosedResourceError):
+                self._peer_down(conn.peer_id)
 
     async def _serve_inbound(self, stream: trio.SocketStream, conn: _Inbound) -> None:
         decoder = FrameDecoder(min(HELLO_MAX, self.max_frame))
@@ -580,6 +605,8 @@ class PeerTransport:
                 data = await stream.receive_some(_RECV_SIZE)
                 if not data:
                     log.debug("node %d: %s closed its connection", self.node_id, conn.remote)
+                    if conn.peer_id is not None:
+                        self._peer_down(conn.peer_id)
                     return
                 try:
                     decoder.feed(data)
@@ -694,6 +721,19 @@ def _parse_hello(payload: bytes) -> tuple[NodeId, Address] | str:
     if not isinstance(host, str) or type(port) is not int or not 0 < port < 65536:
         return f"bad addr {addr!r}"
     return node_id, (host, port)
+
+
+def _refused(exc: OSError) -> bool:
+    """Whether a connect failed because nothing listens there (trio's happy eyeballs raises an
+    OSError whose cause chain holds the per-address errors)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        if isinstance(seen, BaseExceptionGroup):
+            return any(isinstance(e, OSError) and _refused(e) for e in seen.exceptions)
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _remote_name(stream: trio.SocketStream) -> str:

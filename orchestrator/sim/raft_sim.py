@@ -10,7 +10,10 @@ replays exactly (`python benches/raft_sim.py --start SEED --seeds 1 -v`).
 Each simulated server runs the real `RaftCore` under a driver that follows the production order
 (persist the Ready to its simulated disk, send, apply to its state machine, advance). A crash
 throws away everything but the disk (Raft log, hard state, snapshot) and the state machine's
-durable copy; a restart rebuilds the core from them, as the real server does from SQLite.
+durable copy; a restart rebuilds the core from them, as the real server does from SQLite. The
+servers that can reach a crashed one are told it is down (`report_peer_down`), as the transport
+does when a killed process's connections close; spurious reports about live servers (a flapping
+connection) are injected too.
 
 Checked during the run: at most one leader per term (election safety); a new leader holds every
 committed entry (leader completeness); every server applies the same entry at each index
@@ -437,10 +440,21 @@ class Simulation:
         choice = r.random()
         alive = self._alive()
         down = [n for n in self.nodes.values() if not n.alive and not n.removed]
+        if r.random() < 0.15 and alive:
+            # A connection to a live leader flaps: its follower hears "down" for nothing.
+            n = r.choice(alive)
+            if n.core.lead:
+                self.at(r.randint(0, self.max_delay), partial(self._report_down, n.id, n.core.lead))
         if choice < 0.25 and alive:
             n = r.choice(alive)
             self.log(f"crash node {n.id}")
             n.crash()
+            for other in self._alive():
+                # Its kernel closes its connections: whoever can reach it notices.
+                if self.reachable(n.id, other.id) and r.random() < 0.9:
+                    self.at(
+                        r.randint(1, self.max_delay), partial(self._report_down, other.id, n.id)
+                    )
             self.at(r.randint(200, 6000), partial(self._restart, n))
         elif choice < 0.45 and len(self.nodes) > 1:
             ids = list(self.nodes)
@@ -464,6 +478,14 @@ class Simulation:
             self._restart(r.choice(down))
         if self.now < self.duration_ms - 2000:
             self.at(r.randint(300, 3000), self._nemesis)
+
+    def _report_down(self, nid: NodeId, peer: NodeId) -> None:
+        node = self.nodes.get(nid)
+        if node is None or not node.alive:
+            return
+        self.log(f"node {nid} told that {peer} is down")
+        node.core.report_peer_down(peer)
+        node.process()
 
     def _restart(self, n: SimNode) -> None:
         if not n.alive and not n.removed:

@@ -414,6 +414,12 @@ class Cluster:
         self.nodes[nid].core.transfer_leadership(target)
         return self.process(nid)
 
+    def report_down(self, nid: NodeId, peer: NodeId) -> list[str]:
+        """Tell node `nid` that `peer`'s process is gone (what the transport reports when the
+        peer's connections close)."""
+        self.nodes[nid].core.report_peer_down(peer)
+        return self.process(nid)
+
     def compact(self, nid: NodeId, keep: int = 0) -> SnapshotMeta:
         """Snapshot the node's state machine at its applied index and compact its log,
         keeping the last `keep` applied entries (like the simulation's driver)."""

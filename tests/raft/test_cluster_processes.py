@@ -204,6 +204,30 @@ async def test_acknowledged_writes_survive_leader_kills(tmp_path: Path) -> None:
         cluster.check_alive()
 
 
+async def test_killed_leader_is_replaced_in_one_election_without_a_timeout(
+    tmp_path: Path,
+) -> None:
+    """kill -9 closes the leader's connections at once: both survivors hear that it is down
+    (not from an election timeout, made long here) and the next term's election is the only
+    one: they campaign in turn, so they do not split the vote."""
+    with (
+        trio.fail_after(60),
+        Cluster(tmp_path, 3, tick_ms=50, election_ticks=60, api=False) as cluster,
+    ):
+        cluster.start()
+        old = await cluster.wait_leader(within=30)
+        st = await cluster.status(old)
+        assert st is not None
+        old_term = st["term"]
+        cluster.kill(old)
+        survivors = [i for i in range(3) if i != old]
+        for i in survivors:
+            await wait_for_log(cluster, i, f"leader {cluster.node_id(old)} is down", within=10)
+        new = await cluster.wait_leader(within=30)
+        assert new in survivors
+        assert set((await terms(cluster)).values()) == {old_term + 1}
+
+
 # ---------------------------------------------------------------------------------- b
 async def test_follower_catches_up_from_a_snapshot(tmp_path: Path) -> None:
     """A follower that was down while the leader compacted its log past the follower's position

@@ -262,6 +262,111 @@ def test_lease_does_not_block_transfer_votes() -> None:
     assert c.process(2)[-1] == "2->3 VOTE_RESP term=3"
 
 
+# ---------------------------------------------------------------------------- leader down
+def tick_all(c: Cluster, nids: list[NodeId], n: int) -> None:
+    """n rounds of one tick per node, delivering everything after each round."""
+    for _ in range(n):
+        for nid in nids:
+            c[nid].tick()
+        c.deliver_all()
+
+
+def test_leader_down_followers_elect_a_new_leader_within_a_few_ticks() -> None:
+    c = elected(5, leader=3)
+    c.crash(3)
+    for nid in (1, 2, 4, 5):
+        c.report_down(nid, 3)
+        assert c[nid].lead == 0  # forgotten: requests fail at once instead of going nowhere
+    # The others take turns in id order, two ticks apart, starting at their second tick.
+    assert [c[n].down_campaign_delay(3) for n in (1, 2, 4, 5)] == [2, 4, 6, 8]
+    start = len(c.sent)
+    tick_all(c, [1, 2, 4, 5], 2)
+    assert c.leader() == 1
+    assert [c[n].term for n in (1, 2, 4, 5)] == [3, 3, 3, 3]
+    # Only node 1 campaigned: no split vote, no second round.
+    assert {m.frm for m in sent_since(c, start, type=MsgType.PRE_VOTE)} == {1}
+    assert {m.frm for m in sent_since(c, start, type=MsgType.VOTE)} == {1}
+    assert c[1].election_elapsed < ELECTION  # well before any randomized timeout
+
+
+def test_leader_down_next_in_line_wins_when_the_first_is_behind() -> None:
+    """Node 2, first in line, missed the last entry: node 3 refuses its pre-vote, then
+    campaigns at its own turn and wins; the committed entry survives."""
+    c = elected()
+    c.block(1, 2, [MsgType.APP])
+    c.propose(1, b"x")
+    c.deliver_all()
+    assert c[1].log.committed == 5
+    c.crash(1)
+    c.heal()
+    c.report_down(2, 1)
+    c.report_down(3, 1)
+    tick_all(c, [2, 3], 2)
+    assert role(c, 2) is Role.PRE_CANDIDATE
+    assert c[2].term == 2  # pre-vote: no term inflation
+    tick_all(c, [2, 3], 2)
+    assert c.leader() == 3
+    assert c[3].term == 3
+    c.deliver_all()
+    assert c.nodes[2].sm.data() == c.nodes[3].sm.data() == [b"x"]
+
+
+def test_leader_down_report_under_a_live_leader_disrupts_nothing() -> None:
+    """A connection reset while the leader lives: the follower forgets it and pre-votes at its
+    turn, the others (in their lease) ignore that, and the next heartbeat restores it."""
+    c = elected()
+    c.report_down(2, 1)
+    assert c[2].lead == 0
+    start = len(c.sent)
+    c.tick(2, 2)
+    c.deliver_all()
+    assert sent_since(c, start, frm=2, type=MsgType.PRE_VOTE)
+    assert not sent_since(c, start, to=2, type=MsgType.PRE_VOTE_RESP)
+    assert role(c, 2) is Role.PRE_CANDIDATE
+    c.tick(1)
+    c.deliver_all()
+    assert (c[2].role, c[2].lead) == (Role.FOLLOWER, 1)
+    assert [c[n].term for n in (1, 2, 3)] == [2, 2, 2]
+    assert not sent_since(c, start, type=MsgType.VOTE)
+
+
+def test_leader_down_news_from_the_leader_cancels_the_early_campaign() -> None:
+    c = elected()
+    c.report_down(2, 1)
+    assert c[2].down_campaign_at > 0
+    c.tick(1)  # a heartbeat (e.g. over a new connection) arrives first
+    c.deliver_all()
+    assert (c[2].lead, c[2].down_campaign_at) == (1, 0)
+    start = len(c.sent)
+    c.tick(2, ELECTION - 1)
+    assert not sent_since(c, start, frm=2, type=MsgType.PRE_VOTE)
+
+
+def test_leader_down_only_news_about_our_leader_counts() -> None:
+    c = elected()
+    for nid, peer in ((2, 3), (1, 2), (2, 0), (2, 2)):
+        assert c.report_down(nid, peer) == []
+    assert [(c[n].lead, c[n].down_campaign_at) for n in (1, 2, 3)] == [(1, 0), (1, 0), (1, 0)]
+
+
+def test_leader_down_without_prevote_only_forgets_the_leader() -> None:
+    """Without pre-vote an early campaign would raise the term even under a live leader."""
+    c = elected(pre_vote=False)
+    c.report_down(2, 1)
+    assert (c[2].lead, c[2].down_campaign_at) == (0, 0)
+
+
+def test_leader_down_learner_forgets_the_leader_but_does_not_campaign() -> None:
+    c = elected(joiners=[4])
+    c.conf_change(1, ConfChangeType.ADD_LEARNER, 4)
+    c.deliver_all()
+    c.tick(1)
+    c.deliver_all()
+    assert c[4].lead == 1
+    c.report_down(4, 1)
+    assert (c[4].lead, c[4].down_campaign_at) == (0, 0)
+
+
 # ---------------------------------------------------------------------------- replication
 def test_log_replication_and_commit() -> None:
     c = elected()

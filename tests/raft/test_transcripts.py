@@ -13,6 +13,7 @@ Commands (N, M are node ids; `xK` repeats):
 
     cluster 3 [joiners=4,5] [seed=0] [election_tick=10 pre_vote=false ...]   new cluster
     campaign N | tick N [xK] | propose N data... | read N ctx | transfer N M
+    down N M                                     tell N that M's process is gone
     conf N add-learner|add-voter|remove M        a membership change on N
     deliver [xK]                                 K rounds of delivery (default: until quiet)
     partition 1 2 / 3 | isolate N | block N->M [TYPE...] | heal
@@ -127,6 +128,7 @@ class Interpreter:
             "propose": self.cmd_propose,
             "read": lambda a: self._refusable(lambda: self.c.read_index(_int(a[0]), a[1].encode())),
             "transfer": lambda a: self._refusable(lambda: self.c.transfer(_int(a[0]), _int(a[1]))),
+            "down": lambda a: self.c.report_down(_int(a[0]), _int(a[1])),
             "conf": self.cmd_conf,
             "deliver": self.cmd_deliver,
             "partition": self.cmd_partition,

@@ -189,6 +189,46 @@ async def test_restart_of_the_receiving_side_is_survived() -> None:
             assert a.statistics().reconnects >= 1
 
 
+async def test_a_peer_that_goes_away_is_reported_after_its_messages() -> None:
+    """Its connections close (both directions), then connects are refused: each is reported,
+    after every message it sent before going was counted as received."""
+    with trio.fail_after(10):
+        reports: list[tuple[NodeId, int]] = []
+        a = transport(1, on_peer_down=lambda p: reports.append((p, a.statistics().received)))
+        b = transport(2)
+        async with running(a):
+            async with running(b):
+                a.set_peer(2, (LOCAL, b.port))
+                b.set_peer(1, (LOCAL, a.port))
+                await send_until_received(a, b, make_msg(1, 2))
+                for term in range(1, 4):
+                    b.send(make_msg(2, 1, term))
+                assert [(await a.inbound.receive()).term for _ in range(3)] == [1, 2, 3]
+                assert reports == []
+            # b's process is gone: its sockets are closed; a's reconnects are refused.
+            await eventually(lambda: len(reports) >= 3)
+            assert {p for p, _ in reports} == {2}
+            assert all(received == 3 for _, received in reports)
+
+
+async def test_our_own_closes_are_not_reported() -> None:
+    with trio.fail_after(10):
+        reports: list[NodeId] = []
+        a = transport(1, on_peer_down=reports.append)
+        b = transport(2)
+        async with running(b):
+            async with running(a):
+                a.set_peer(2, (LOCAL, b.port))
+                b.set_peer(1, (LOCAL, a.port))
+                await send_until_received(a, b, make_msg(1, 2))
+                await send_until_received(b, a, make_msg(2, 1))
+                a.remove_peer(2)  # our outbound connection is dropped
+                await eventually(lambda: not a.statistics().connected_peers)
+            # a stopped: it closed everything itself (b hears of it: a went away).
+            await eventually(lambda: not b.statistics().connected_peers)
+        assert reports == []
+
+
 async def test_cancellation_closes_the_listener() -> None:
     with trio.fail_after(10):
         a = transport(1, {2: (LOCAL, free_port())})
