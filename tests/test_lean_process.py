@@ -1,6 +1,7 @@
 """What keeps the long-running processes (`orchestrator server`, `orchestrator agent`) small:
-their command line builds only their own parser, they import neither the kubectl-like CLI nor
-an HTTP client library they do not use, and `orchestrator.memory` trims the C heap."""
+their command line builds only their own parser, the server imports neither the kubectl-like
+CLI nor an HTTP client library it does not use, a standalone agent not the API server's layers,
+and `orchestrator.memory` trims the C heap."""
 
 from __future__ import annotations
 
@@ -47,22 +48,35 @@ def _commands(parser: argparse.ArgumentParser) -> list[str]:
     return []
 
 
-@pytest.mark.slow
-def test_server_process_imports_no_cli_and_no_http_client() -> None:
-    """What `python -m orchestrator server` loads before it runs (a fresh interpreter)."""
-    code = """
+def _loaded(argv: list[str], module: str, unwanted: tuple[str, ...]) -> list[str]:
+    """The `unwanted` modules (and their submodules) a fresh interpreter has loaded once it
+    built the parser for `argv` and imported `module`, as `python -m orchestrator` does."""
+    code = f"""
 import json, sys
 from orchestrator.cli import main
-main._build_parser(["server", "--data-dir", "/tmp/x"])
-import orchestrator.server
-print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("httpx", "click")
-    or m.startswith(("orchestrator.cli.kube", "orchestrator.bench", "orchestrator.sim")))))
+main._build_parser({argv!r})
+import {module}
+print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None
+    and m.startswith({unwanted!r}))))
 """
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == []
+    return list(json.loads(out.stdout))
+
+
+@pytest.mark.slow
+def test_server_process_imports_no_cli_and_no_http_client() -> None:
+    unwanted = ("httpx", "click", "orchestrator.cli.kube", "orchestrator.bench", "orchestrator.sim")
+    assert _loaded(["server", "--data-dir", "/tmp/x"], "orchestrator.server", unwanted) == []
+
+
+@pytest.mark.slow
+def test_agent_process_imports_no_api_server_layers() -> None:
+    unwanted = ("click", "pygments", "orchestrator.api.resources", "orchestrator.api.patch")
+    argv = ["agent", "--server", "https://127.0.0.1:6443", "--token", "t", "--data-dir", "/x"]
+    assert _loaded(argv, "orchestrator.agent.service", unwanted) == []
 
 
 def test_trim_heap_is_safe_to_call() -> None:

@@ -9,9 +9,11 @@ no discovery round trip). Two implementations:
 
 * `InProcessClient(api, user)` calls `orchestrator.api.resources.Api` directly: no HTTP, no
   JSON, but every call still goes through authorization, admission and validation because `Api`
-  does them. Each call builds a fresh `Call(user, WriteOptions(...))`. Inputs are deep-copied
-  (`copy_json`: bodies are JSON values — dicts, lists, strings, numbers, booleans, None), so
-  a controller's dicts are never aliased by the server (as if they had crossed a wire). With
+  does them (module `inprocess`, importable from here too and loaded on first use, so an agent
+  that only speaks HTTPS does not import the API server's layers). Each call builds a fresh
+  `Call(user, WriteOptions(...))`. Inputs are deep-copied (`copy_json`: bodies are JSON values —
+  dicts, lists, strings, numbers, booleans, None), so a controller's dicts are never aliased by
+  the server (as if they had crossed a wire). With
   `fence_term=T` every write is fenced to Raft term T (see `orchestrator.store.fencing`): once
   this server is no longer the leader of term T, writes fail with a 503 instead of landing.
 * `HttpClient(rest)` speaks HTTPS through an entered `orchestrator.client.RestClient`.
@@ -36,22 +38,14 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlencode
 
-import trio
-
-from ...api.auth.authn import User
 from ...api.errors import ApiError
-from ...api.jsonvalue import copy_json
-from ...api.request import Query, WriteOptions
-from ...api.resources import Api, Call
-from ...api.watch import open_watch
 from ...client import APPLY_PATCH, MERGE_PATCH, ApiConnectionError, ApiException, ResourceInfo
 from ...client.resource import DEPLOYMENTS, EVENTS, NAMESPACES, NODES, PODS, REPLICASETS
-from ...store.fencing import fenced
 
-if TYPE_CHECKING:  # not imported at run time: in-process users (the server) need no httpx
+if TYPE_CHECKING:  # not imported at run time: in-process users (the server) need no httpx,
     from ...client.rest import RestClient
+    from .inprocess import InProcessClient  # and HTTP users (an agent) no API server layers
 
 __all__ = [
     "CONFIGMAPS",
@@ -75,6 +69,14 @@ WatchStream = AbstractAsyncContextManager[AsyncIterator[WatchEvent]]
 
 CONFIGMAPS = ResourceInfo("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",))
 DEFAULT_FIELD_MANAGER = "orchestrator-controller-manager"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "InProcessClient":  # its own module, imported on first use (see the module doc)
+        from .inprocess import InProcessClient
+
+        return InProcessClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Client(Protocol):
@@ -186,199 +188,6 @@ def _binding(pod: Obj, node: str) -> Obj:
         "metadata": binding_meta,
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
-
-
-def _watch_error(obj: Obj) -> ApiError:
-    code, details = obj.get("code"), obj.get("details")
-    return ApiError(
-        code if isinstance(code, int) and code else 500,
-        str(obj.get("reason") or "InternalError"),
-        str(obj.get("message") or "watch error"),
-        details if isinstance(details, dict) else {},
-    )
-
-
-# ---------------------------------------------------------------------------------- in-process
-class InProcessClient:
-    """`Client` over `Api` in this process (see the module doc). `fence_term`: fence writes."""
-
-    def __init__(
-        self,
-        api: Api,
-        user: User,
-        *,
-        field_manager: str = DEFAULT_FIELD_MANAGER,
-        fence_term: int | None = None,
-    ) -> None:
-        self.api = api
-        self.user = user
-        self.field_manager = field_manager
-        self.fence_term = fence_term
-
-    def _call(self, *, force: bool = False) -> Call:
-        return Call(self.user, WriteOptions(False, self.field_manager, "Strict", force))
-
-    def _kind(self, res: ResourceInfo) -> Any:
-        return self.api.kind(res.group, res.version, res.plural)
-
-    async def get(self, res: ResourceInfo, name: str, namespace: str = "") -> Obj:
-        return await self.api.get(self._call(), self._kind(res), namespace, name)
-
-    async def list(
-        self,
-        res: ResourceInfo,
-        namespace: str = "",
-        *,
-        label_selector: str = "",
-        field_selector: str = "",
-        limit: int = 0,
-        continue_token: str = "",
-        resource_version: str = "",
-    ) -> Obj:
-        query = _query(
-            labelSelector=label_selector,
-            fieldSelector=field_selector,
-            limit=str(limit) if limit else "",
-            resourceVersion=resource_version,
-            **{"continue": continue_token},
-        )
-        return await self.api.list_objects(self._call(), self._kind(res), namespace, query)
-
-    async def create(self, res: ResourceInfo, body: Obj, namespace: str = "") -> Obj:
-        ns = namespace or str(_meta(body).get("namespace") or "")
-        with fenced(self.fence_term):
-            return await self.api.create(self._call(), self._kind(res), ns, copy_json(body))
-
-    async def update(self, res: ResourceInfo, body: Obj, *, subresource: str = "") -> Obj:
-        meta = _meta(body)
-        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-        with fenced(self.fence_term):
-            obj, _ = await self.api.update(
-                self._call(), self._kind(res), ns, name, copy_json(body), subresource
-            )
-        return obj
-
-    async def patch(
-        self,
-        res: ResourceInfo,
-        name: str,
-        body: Any,
-        namespace: str = "",
-        *,
-        content_type: str = MERGE_PATCH,
-        subresource: str = "",
-    ) -> Obj:
-        with fenced(self.fence_term):
-            obj, _ = await self.api.patch(
-                self._call(),
-                self._kind(res),
-                namespace,
-                name,
-                content_type,
-                copy_json(body),
-                subresource,
-            )
-        return obj
-
-    async def apply(
-        self, res: ResourceInfo, body: Obj, *, force: bool = False, subresource: str = ""
-    ) -> Obj:
-        meta = _meta(body)
-        ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-        with fenced(self.fence_term):
-            obj, _ = await self.api.patch(
-                self._call(force=force),
-                self._kind(res),
-                ns,
-                name,
-                APPLY_PATCH,
-                copy_json(body),
-                subresource,
-            )
-        return obj
-
-    async def delete(
-        self,
-        res: ResourceInfo,
-        name: str,
-        namespace: str = "",
-        *,
-        propagation_policy: str | None = None,
-        preconditions: Obj | None = None,
-        grace_period_seconds: int | None = None,
-    ) -> Obj:
-        opts = _delete_options(propagation_policy, preconditions, grace_period_seconds)
-        with fenced(self.fence_term):
-            obj, _code = await self.api.delete(self._call(), self._kind(res), namespace, name, opts)
-        return obj
-
-    async def bind(self, pod: Obj, node: str) -> None:
-        meta = _meta(pod)
-        kind = self._kind(PODS)
-        with fenced(self.fence_term):
-            await self.api.bind(
-                self._call(),
-                kind,
-                str(meta.get("namespace") or ""),
-                str(meta.get("name") or ""),
-                _binding(pod, node),
-            )
-
-    @asynccontextmanager
-    async def watch(
-        self,
-        res: ResourceInfo,
-        namespace: str = "",
-        *,
-        resource_version: str = "",
-        label_selector: str = "",
-        field_selector: str = "",
-        timeout_seconds: float | None = None,
-        allow_bookmarks: bool = False,
-        read_only: bool = False,
-    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
-        query = _query(
-            labelSelector=label_selector,
-            fieldSelector=field_selector,
-            resourceVersion=resource_version,
-            allowWatchBookmarks="true" if allow_bookmarks else "",
-        )
-        stream = await open_watch(
-            self.api, self._call(), self._kind(res), namespace, query, read_only=read_only
-        )
-        deadline = (
-            trio.current_time() + timeout_seconds if timeout_seconds is not None else float("inf")
-        )
-        # open_watch returns an async generator; close it (and its store watcher) on exit.
-        async with (
-            aclosing(stream) as raw,  # type: ignore[type-var]  # an async generator in fact
-            aclosing(_in_process_events(raw, deadline)) as events,
-        ):
-            yield events
-
-
-async def _in_process_events(
-    raw: AsyncIterator[Obj], deadline: float
-) -> AsyncGenerator[WatchEvent, None]:
-    it = raw.__aiter__()
-    while True:
-        # The cancel scope covers only the wait, never a yield (trio forbids that in generators).
-        with trio.move_on_at(deadline):
-            try:
-                ev = await it.__anext__()
-            except StopAsyncIteration:
-                return
-        if trio.current_time() >= deadline:
-            return
-        etype = str(ev.get("type", ""))
-        obj = ev.get("object") or {}
-        if etype == "ERROR":
-            raise _watch_error(obj)
-        yield etype, obj
-
-
-def _query(**params: str) -> Query:
-    return Query(urlencode({k: v for k, v in params.items() if v}))
 
 
 # ---------------------------------------------------------------------------------- HTTP
