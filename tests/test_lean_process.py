@@ -68,8 +68,17 @@ print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None
 
 @pytest.mark.slow
 def test_server_process_imports_no_cli_and_no_http_client() -> None:
-    unwanted = ("httpx", "click", "orchestrator.cli.kube", "orchestrator.bench", "orchestrator.sim")
+    unwanted = (
+        *("httpx", "click", "orchestrator.cli.kube", "orchestrator.bench", "orchestrator.sim"),
+        *("orchestrator.api.protobuf", "orchestrator.api.schema.openapi"),  # on first request
+    )
     assert _loaded(["server", "--data-dir", "/tmp/x"], "orchestrator.server", unwanted) == []
+
+
+def test_the_api_knows_the_protobuf_media_type_without_importing_the_codec() -> None:
+    from orchestrator.api import app, protobuf
+
+    assert app.PROTOBUF == protobuf.MEDIA_TYPE
 
 
 @pytest.mark.slow

@@ -118,6 +118,14 @@ class ObjectCache:
         return await self.store.get_object(kind, namespace, name)
 
 
+def _container_probes(*args: Any, **kwargs: Any) -> Any:
+    """`probes.ContainerProbes(...)`, imported by the first container that has probes: a node
+    whose pods have none does not load the prober (nor the HTTP client it needs)."""
+    from .probes import ContainerProbes
+
+    return ContainerProbes(*args, **kwargs)
+
+
 def _uid(pod: Obj) -> str:
     return str((pod.get("metadata") or {}).get("uid") or "")
 
@@ -197,11 +205,7 @@ class Agent:
                     runtime_name = (await self.runtime.version()).runtime_name or runtime_name
             except (CriError, trio.TooSlowError) as exc:
                 log.warning("agent %s: runtime version: %s", self.name, exc)
-            probes = None
-            if self._use_probes:
-                from .probes import ContainerProbes
-
-                probes = partial(ContainerProbes, runtime=self.runtime)
+            probes = partial(_container_probes, runtime=self.runtime) if self._use_probes else None
             self._ctx = WorkerContext(
                 runtime=self.runtime,
                 client=self.client,

@@ -29,22 +29,25 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 import yaml
 
 from ..controllers.runtime.metrics import REGISTRY, Registry
 from ..observability import API_WATCHERS, ApiRequestMetrics, api_verb
-from . import discovery, errors, protobuf, tables
+from . import discovery, errors, tables
 from .auth.authn import User
 from .errors import ApiError
 from .request import Query, RequestInfo, WriteOptions, parse_path
 from .resources import Api, Call
 from .schema.kind import Kind
-from .schema.openapi import openapi_document, openapi_index
-from .schema.openapi_v2 import SwaggerCache, wants_protobuf
 from .watch import open_watch
+
+# The OpenAPI documents and the protobuf codec are imported by the first request that needs
+# them (the documents are built then, and cached): an idle server does not hold them.
+if TYPE_CHECKING:
+    from .schema.openapi_v2 import SwaggerCache
 
 log = logging.getLogger(__name__)
 
@@ -147,14 +150,17 @@ class _NoAliasLoader(yaml.SafeLoader):
 _NoAliasLoader.add_constructor("tag:yaml.org,2002:float", _NoAliasLoader.construct_finite_float)
 
 
-_BINARY_BODY_TYPES = frozenset({"application/vnd.kubernetes.protobuf", "application/cbor"})
+PROTOBUF = "application/vnd.kubernetes.protobuf"  # `protobuf.MEDIA_TYPE`, without the import
+_BINARY_BODY_TYPES = frozenset({PROTOBUF, "application/cbor"})
 
 
 def decode_body(body: bytes, content_type: str) -> Any:
     if not body:
         return None
     ct = content_type.split(";")[0].strip().lower()
-    if ct == protobuf.MEDIA_TYPE:  # typed clients (kubectl's generators) send only protobuf
+    if ct == PROTOBUF:  # typed clients (kubectl's generators) send only protobuf
+        from . import protobuf
+
         return protobuf.decode(body)
     if ct in _BINARY_BODY_TYPES:
         raise errors.unsupported_media_type(ct, "application/json, application/yaml")
@@ -189,7 +195,7 @@ class ApiApp:
         self.ready = ready
         self.rng = rng or random.Random()
         self._openapi_cache: dict[str, tuple[int, Any]] = {}
-        self._swagger = SwaggerCache()
+        self._swagger: SwaggerCache | None = None  # the OpenAPI v2 document, on first request
         self._metrics = ApiRequestMetrics()
 
     # ------------------------------------------------------------------ ASGI
@@ -292,6 +298,10 @@ class ApiApp:
             # kubectl < 1.29 unmarshals the body as protobuf whatever it asked for (the legacy
             # path is only asked for protobuf); like kube-openapi, the type is octet-stream, as
             # Go's mime parser rejects the `@` of the protobuf media type.
+            from .schema.openapi_v2 import SwaggerCache, wants_protobuf
+
+            if self._swagger is None:
+                self._swagger = SwaggerCache()
             if path.startswith("/swagger") or wants_protobuf(hdr.get("accept", "")):
                 pb = self._swagger.protobuf(self.api.registry)
                 return Response(200, pb, content_type="application/octet-stream")
@@ -322,6 +332,24 @@ class ApiApp:
             raise errors.unauthorized()
         return user
 
+    def _openapi_v3(self, path: str) -> Obj:
+        """`/openapi/v3` (the index), `/openapi/v3/api/v1`, `/openapi/v3/apis/<group>/<version>`."""
+        from .schema.openapi import openapi_document, openapi_index  # see the imports above
+
+        registry = self.api.registry
+        if path == "/openapi/v3":
+            return openapi_index(registry)
+        rest = path[len("/openapi/v3/") :].split("/")
+        if rest[0] == "api" and len(rest) == 2:
+            doc = openapi_document(registry, "", rest[1])
+        elif rest[0] == "apis" and len(rest) == 3:
+            doc = openapi_document(registry, rest[1], rest[2])
+        else:
+            doc = None
+        if doc is None:
+            raise errors.route_not_found()
+        return doc
+
     def _discovery(self, path: str) -> Obj | None:
         path = path.rstrip("/") or "/"
         registry = self.api.registry
@@ -329,19 +357,8 @@ class ApiApp:
             return discovery.api_versions(self.server_address)
         if path == "/apis":
             return discovery.api_group_list(registry)
-        if path == "/openapi/v3":
-            return openapi_index(registry)
-        if path.startswith("/openapi/v3/"):
-            rest = path[len("/openapi/v3/") :].split("/")
-            if rest[0] == "api" and len(rest) == 2:
-                doc = openapi_document(registry, "", rest[1])
-            elif rest[0] == "apis" and len(rest) == 3:
-                doc = openapi_document(registry, rest[1], rest[2])
-            else:
-                doc = None
-            if doc is None:
-                raise errors.route_not_found()
-            return doc
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            return self._openapi_v3(path)
         parts = path.strip("/").split("/")
         if parts[0] == "api" and len(parts) == 2:
             return discovery.api_resource_list(registry, "", parts[1]) or _raise_404()
@@ -392,7 +409,7 @@ class ApiApp:
                 if timeout and timeout > 0
                 else WATCH_TIMEOUT * (1 + self.rng.random()),
             )
-        if verb == "patch" and content_type.lower() == protobuf.MEDIA_TYPE:
+        if verb == "patch" and content_type.lower() == PROTOBUF:
             raise errors.unsupported_media_type(content_type)  # no protobuf patch type exists
         body = decode_body(raw, content_type)
         if verb == "create":
