@@ -51,12 +51,21 @@ class DbThread:
             return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
 
+# The WAL file is cut back to this size whenever SQLite restarts it from its start (after a
+# checkpoint). Normally the WAL stays below it (SQLite checkpoints every 1,000 pages, 4 MiB); a
+# burst (one large transaction, or checkpoints held off) may grow it further, and without a
+# limit the file would keep that size for good: this bounds the WAL on disk (kine's unbounded
+# WAL, k3s#5033). Above the usual size, so the WAL is not shrunk and regrown at every restart.
+WAL_SIZE_LIMIT = 8 * 1024**2
+
+
 def open_wal(
     path: str | os.PathLike[str], *, synchronous: Literal["FULL", "NORMAL"]
 ) -> sqlite3.Connection:
-    """A connection in WAL mode with the given durability, for use through a `DbThread`:
-    `check_same_thread=False` (see above) and `isolation_level=None`, so that transactions are
-    explicit (BEGIN IMMEDIATE ... COMMIT) and nothing is committed behind the caller's back."""
+    """A connection in WAL mode with the given durability and the WAL bounded to
+    `WAL_SIZE_LIMIT` after each restart, for use through a `DbThread`: `check_same_thread=False`
+    (see above) and `isolation_level=None`, so that transactions are explicit (BEGIN IMMEDIATE
+    ... COMMIT) and nothing is committed behind the caller's back."""
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     try:
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -65,6 +74,7 @@ def open_wal(
                 f"{os.fspath(path)}: cannot use a WAL journal ({mode!r})"
             )
         conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
     except BaseException:
         conn.close()
         raise

@@ -131,7 +131,6 @@ _SUB_BITS = 8  # history.id = revision << _SUB_BITS | sub
 assert MAX_TXN_OPS < 1 << _SUB_BITS
 _PUT = int(EventType.PUT)
 _DELETE = int(EventType.DELETE)
-_JOURNAL_SIZE_LIMIT = 8 * 1024**2  # WAL is truncated to this size when it is reset
 _CACHE_KIB = 16 * 1024  # page cache (negative cache_size = KiB)
 _RING_MAX_BYTES = 64 * 1024**2  # byte budget of the event ring (values can be 1.5 MiB)
 _NO_UPPER = b"\xff"  # a BLOB compares above every TEXT: "no upper bound" for key ranges
@@ -399,7 +398,6 @@ class MVCCStore:
     # ------------------------------------------------------------------ setup
     def _init_db(self) -> None:
         conn = self._db()
-        conn.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
         conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
         conn.execute("PRAGMA temp_store=MEMORY")
         conn.execute("BEGIN IMMEDIATE")

@@ -46,6 +46,7 @@ from .api import ListResult, decode_continue, encode_continue
 from .fencing import Fenced, current_fence
 from .mvcc import MVCCStore
 from .types import (
+    Compacted,
     Compare,
     Event,
     KeyValue,
@@ -76,11 +77,13 @@ class _Expired(Exception):
 @dataclass(frozen=True)
 class CompactionPolicy:
     """etcd's --auto-compaction-mode/-retention: "periodic" keeps `retention` seconds of
-    history, "revision" keeps the last `retention` revisions. Checked every `interval` s."""
+    history, "revision" keeps the last `retention` revisions. Checked every `interval` s; see
+    `Compactor` for when a check compacts."""
 
     mode: str = "periodic"
     retention: float = 300.0
     interval: float = 30.0
+    batch: int = 1000  # revisions a compaction should free at least (see Compactor)
 
     @classmethod
     def parse(cls, text: str) -> CompactionPolicy:
@@ -91,6 +94,53 @@ class CompactionPolicy:
             seconds = float(text[:-1]) * units[text[-1]]
             return cls("periodic", seconds, max(1.0, min(seconds / 10, 60.0)))
         return cls("revision", float(int(text)), 5.0)
+
+
+class Compactor:
+    """When automatic compaction compacts, and to which revision (pure: the caller passes the
+    clock and the store's revisions; `RaftStore._auto_compact` calls `due` every
+    `policy.interval` seconds on every server and acts on the leader).
+
+    The target is the newest revision the policy lets go: periodic, the revision sampled at
+    least `retention` seconds ago; revision mode, `revision - retention`. A compaction is a Raft
+    entry, a delete in the store and a WAL checkpoint (fsyncs), so it is not worth making for a
+    handful of revisions: one is due only once it frees at least `batch` revisions (in
+    revision mode at most `retention`, so small retentions still compact), or, periodic, once
+    the previous one is `retention` seconds old. Busy, that is every `interval`; idle (the node
+    Leases' few revisions a minute), once per retention period, as etcd (periodic retention
+    under an hour), kine and kube-apiserver (every 5 minutes) compact. So history is kept for
+    at least `retention` and at most about twice that (periodic) or `retention` plus one batch
+    (revision mode).
+    """
+
+    def __init__(self, policy: CompactionPolicy, now: float) -> None:
+        self.policy = policy
+        self._samples: deque[tuple[float, int]] = deque()  # (time, revision), oldest first
+        self._target = 0  # the newest revision sampled at least `retention` ago (periodic)
+        self._last = now  # when the last compaction was made (or the compactor started)
+
+    def due(self, now: float, revision: int, compacted: int) -> int | None:
+        """Record a sample; the revision to compact to now, or None."""
+        policy = self.policy
+        if policy.mode == "periodic":
+            self._samples.append((now, revision))
+            while self._samples and self._samples[0][0] <= now - policy.retention:
+                self._target = self._samples.popleft()[1]
+            target = self._target
+            batch = policy.batch
+            overdue = now - self._last >= policy.retention
+        else:
+            target = revision - math.floor(policy.retention)
+            batch = max(1, min(policy.batch, math.floor(policy.retention)))
+            overdue = False
+        floor = max(compacted, 1)
+        if target <= floor or (target - floor < batch and not overdue):
+            return None
+        return target
+
+    def compacted(self, now: float) -> None:
+        """A compaction was made (or found already made) at `now`."""
+        self._last = now
 
 
 @dataclass(eq=False, slots=True)
@@ -428,23 +478,19 @@ class RaftStore:
         policy = self.compaction
         if policy.retention <= 0:
             return
-        samples: deque[tuple[float, int]] = deque()  # (time, revision), oldest first
+        compactor = Compactor(policy, time.monotonic())
         while True:
             await trio.sleep(policy.interval)
-            rev, compacted = self.mvcc.revision(), self.mvcc.compact_revision()
-            if policy.mode == "periodic":
-                now = time.monotonic()
-                samples.append((now, rev))
-                target = 0
-                while samples and samples[0][0] <= now - policy.retention:
-                    target = samples.popleft()[1]
-            else:
-                target = rev - math.floor(policy.retention)
-            if not self.node.is_leader or target <= max(compacted, 1):
+            now = time.monotonic()
+            target = compactor.due(now, self.mvcc.revision(), self.mvcc.compact_revision())
+            if target is None or not self.node.is_leader:
                 continue
             try:
                 await self.compact(target)
+                compactor.compacted(now)
                 log.info("compacted history up to revision %d", target)
+            except Compacted:
+                compactor.compacted(now)  # someone else did (a manual compaction)
             except StoreError as exc:
                 log.warning("automatic compaction to %d failed: %s", target, exc)
 
