@@ -7,7 +7,11 @@ the fsyncs never block the event loop.
 Invariants:
 - Every mutation is exactly one SQLite transaction, committed with `synchronous=FULL` in WAL mode,
   so after `save`/`compact` returns the change survives a power cut, and a crash mid-call leaves
-  the previous state intact (a whole Ready batch is all-or-nothing: group commit).
+  the previous state intact (a whole Ready batch is all-or-nothing: group commit). The one
+  exception, as in etcd (`MustSync`): a save that only moves the commit index is not fsynced
+  itself (the next fsync of the WAL covers it). The commit index is volatile state in Raft: a
+  lower one after a power cut is learnt again from the leader (or recommitted by a lone server),
+  and the state machine skips what it applied already. It halves a lone server's fsyncs.
 - The stored log is contiguous. Without a snapshot it starts at index 1; with one it starts at or
   before `snapshot.index + 1` (`compact` may keep a tail of entries the snapshot already covers),
   and an entry stored at the snapshot's index has the snapshot's term. `save` refuses writes that
@@ -109,6 +113,7 @@ class RaftStorage:
         # Seconds the last `save` took (its transaction, fsync included), None if it wrote
         # nothing: the driver observes it as raft_wal_fsync_duration_seconds.
         self.last_save_seconds: float | None = None
+        self._term_vote: tuple[int, int] | None = None  # as stored; None: not known yet
         try:
             self._init_db()
         except BaseException:
@@ -135,17 +140,23 @@ class RaftStorage:
         return self._conn
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *, sync: bool = True) -> Iterator[sqlite3.Connection]:
         conn = self._db()
-        # IMMEDIATE takes the write lock up front, so the reads used for validation inside the
-        # transaction see the state the writes will be applied to.
-        conn.execute("BEGIN IMMEDIATE")
+        if not sync:
+            conn.execute("PRAGMA synchronous=OFF")  # only outside a transaction
         try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+            # IMMEDIATE takes the write lock up front, so the reads used for validation inside
+            # the transaction see the state the writes will be applied to.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            if not sync:
+                conn.execute("PRAGMA synchronous=FULL")
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -167,6 +178,7 @@ class RaftStorage:
             conn.execute("COMMIT")
 
         hard_state = HardState() if hs_row is None else HardState(*hs_row)
+        self._term_vote = (hard_state.term, hard_state.vote)
         snapshot = None if snap_row is None else self._decode_snapshot(snap_row)
         entries = [self._decode_entry(r) for r in entry_rows]
         self._check_log(snapshot, entries)
@@ -252,7 +264,13 @@ class RaftStorage:
             return
         _check_contiguous(entries)
         start = time.perf_counter()
-        with self._transaction() as conn:
+        commit_only = (
+            snapshot is None
+            and not entries
+            and hard_state is not None
+            and (hard_state.term, hard_state.vote) == self._term_vote
+        )
+        with self._transaction(sync=not commit_only) as conn:
             stored_snap = self._stored_snapshot_index(conn)
             if snapshot is not None:
                 if snapshot.meta.index < stored_snap:
@@ -283,7 +301,10 @@ class RaftStorage:
                 conn.execute(
                     _SQL_UPSERT_HARD_STATE, (hard_state.term, hard_state.vote, hard_state.commit)
                 )
-        self.last_save_seconds = time.perf_counter() - start
+        if hard_state is not None:
+            self._term_vote = (hard_state.term, hard_state.vote)
+        if not commit_only:  # an unsynced commit is not an fsync to observe
+            self.last_save_seconds = time.perf_counter() - start
 
     def compact(self, snapshot: Snapshot, upto: int) -> None:
         """Store a locally made snapshot and drop log entries up to `upto`, in one transaction.

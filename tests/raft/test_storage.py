@@ -85,6 +85,24 @@ def test_hard_state_only_and_empty_save(db_path: Path) -> None:
     s.close()
 
 
+def test_only_a_commit_move_is_written_without_an_fsync(db_path: Path) -> None:
+    """As etcd's MustSync: entries, term or vote changes are fsynced; a save that only moves
+    the commit index is committed unsynced (its data still there), the connection back on FULL."""
+    s = RaftStorage(db_path)
+    s.save(HardState(1, 1, 0), ents(1, 2, 1))
+    assert s.last_save_seconds is not None  # an fsync to observe
+    s.save(HardState(1, 1, 2), [])
+    assert s.last_save_seconds is None  # unsynced: nothing to observe
+    assert s._db().execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+    s.save(HardState(2, 0, 2), [])  # a new term is fsynced
+    assert s.last_save_seconds is not None
+    s = reopen(s, db_path)
+    assert s.load().hard_state == HardState(2, 0, 2)
+    s.save(HardState(2, 0, 2), [])  # the stored term and vote are known after a load
+    assert s.last_save_seconds is None
+    s.close()
+
+
 def test_conflicting_entries_truncate_the_tail(db_path: Path) -> None:
     s = RaftStorage(db_path)
     s.save(HardState(1, 1, 0), ents(1, 5, 1))
