@@ -26,8 +26,11 @@ environment variable of a key is `ORCHESTRATOR_` + the key upper-cased with `_` 
 comma-separated, switches `true`/`false`); `ORCHESTRATOR_CONFIG` names the file.
 
 A repeatable flag given on the command line replaces the file's list rather than extending it.
-A `ListOption` (the agent's `--server`) is repeatable *and* comma-separated: the file takes a
-list or one comma-separated string, the environment a comma-separated string.
+A `ListOption` (`--server` of the agent and of the server) is repeatable *and* comma-separated:
+the file takes a list or one comma-separated string, the environment a comma-separated string.
+A key both commands have (`server`, `token`, `data-dir`, ...) sets the option of the command
+being run, so an environment shared by both sets both: `ORCHESTRATOR_SERVER` makes a server
+join through that URL on its first start, as it makes an agent join.
 `--print-config` prints the effective configuration (same keys, loadable as a file; the token is
 masked) and exits 0.
 """

@@ -36,6 +36,7 @@ import trio
 from .agent.service import AgentConfig, run_embedded
 from .api.apiendpoints import ApiEndpointsPublisher
 from .api.apiserver import DRAIN_TIMEOUT, ApiOptions, ApiServer
+from .api.members import MemberDirectory, client_address
 from .controllers.registry import default_controllers
 from .controllers.runtime.manager import ControllerManager, ControllerOptions
 from .memory import trim_heap, trim_task
@@ -61,6 +62,8 @@ class ServerOptions:
     client_listen: str
     token: str = ""
     join_url: str | None = None  # client address of a member to ask for admission
+    join_servers: list[str] = field(default_factory=list)  # API URLs to join through (--server)
+    join_timeout: float = JOIN_TIMEOUT  # seconds to wait while no --server URL answers
     ca_pin: str = ""  # hex SHA-256 of the cluster CA (a K10 token's pin), checked before joining
     quota_bytes: int = DEFAULT_QUOTA_BYTES
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
@@ -140,13 +143,21 @@ class Server:
                 self.opts.node.peer_listen,
                 self.service.port,
             )
-            if self.opts.join_url is not None and not self.node.core.conf.members():
-                await self._join(self.opts.join_url)
+            if not self.node.core.conf.members():
+                if self.opts.join_servers:
+                    await self._join_through_api(self.opts.join_servers)
+                elif self.opts.join_url is not None:
+                    await self._join(self.opts.join_url)
             if self.api is not None:
                 # default/kubernetes lists every server's API (agents fail over with it)
                 publisher = ApiEndpointsPublisher.for_server(self.api, self.node)
+                # the members' client addresses, for servers joining through an API URL
+                address = client_address(self.opts.client_listen, self.service.port, publisher.host)
+                directory = MemberDirectory.for_server(self.store, self.node, address)
+                self.api.members = directory.list
                 await nursery.start(self.api.run)
                 await nursery.start(publisher.run)
+                await nursery.start(directory.run)
             await nursery.start(self._run_api_users)
             task_status.started()
 
@@ -184,15 +195,29 @@ class Server:
 
     async def _join(self, url: str) -> None:
         """Ask a member to add us as a learner; the leader promotes us once we caught up."""
-        from .store.client import ClientError, StoreClient
-
         if not url:
             log.info("server %d waits to be added (member add-learner)", self.node.id)
             return
-        endpoint = url.split("://", 1)[-1].rstrip("/")
+        await self._join_endpoints([url.split("://", 1)[-1].rstrip("/")])
+
+    async def _join_through_api(self, urls: list[str]) -> None:
+        """`--server URL`: learn the members' client addresses through a server's API (CA pin
+        checked first, `serverjoin`), then join through them."""
+        from .serverjoin import member_endpoints
+
+        endpoints = await member_endpoints(
+            urls, self.opts.token, self.opts.ca_pin, wait=self.opts.join_timeout
+        )
+        await self._join_endpoints(endpoints)
+
+    async def _join_endpoints(self, endpoints: list[str]) -> None:
+        """The store's `join` op through these client addresses (redirected to the leader)."""
+        from .store.client import ClientError, StoreClient
+
+        endpoint = ", ".join(endpoints)
         advertise = self.opts.node.advertise or self.opts.node.peer_listen
         with trio.fail_after(JOIN_TIMEOUT):
-            async with StoreClient([endpoint]) as client:
+            async with StoreClient(endpoints) as client:
                 if self.opts.ca_pin:  # the cluster's CA must be the pinned one: else send nothing
                     from .api.auth.jointoken import verify_bundle_pin
 

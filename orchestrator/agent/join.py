@@ -71,7 +71,8 @@ def is_join_token(text: str) -> bool:
     return token.pin is not None or BOOTSTRAP_RE.match(token.credentials) is not None
 
 
-def _message(response: httpx.Response) -> str:
+def response_message(response: httpx.Response) -> str:
+    """The message of an error answer (a metav1.Status's), else its text."""
     try:
         doc: Any = response.json()
         return str(doc.get("message") or response.text)
@@ -115,10 +116,10 @@ async def request_node_token(
     if response.status_code == 401:
         raise JoinError(
             f"{server} refused the join token: it is wrong, expired or revoked "
-            f"(create a new one with `orchestrator token create`): {_message(response)}"
+            f"(create a new one with `orchestrator token create`): {response_message(response)}"
         )
     if response.status_code != 201:
-        raise JoinError(f"join refused ({response.status_code}): {_message(response)}")
+        raise JoinError(f"join refused ({response.status_code}): {response_message(response)}")
     doc = response.json()
     token = doc.get("token")
     if not isinstance(token, str) or not token:

@@ -8,7 +8,9 @@ through another server (or restored from a snapshot) appear everywhere.
 Tokens: the cluster-wide table (`ClusterTokens`, the bundle's start-up table migrated into it
 once) is loaded before the listener starts and kept current by a watch; the `/orchestrator/v1/`
 endpoints (`tokenapi`) serve the CA, join tokens and node joins. `DATA_DIR/server-token` (0600)
-holds `K10<CA sha256>::<cluster token>`, what another server joins with (`--join URL --token`).
+holds `K10<CA sha256>::<cluster token>`, what another server joins with (`--server URL --token`,
+or `--join HOST:PORT --token`); `GET /orchestrator/v1/members` tells it the members' client
+addresses (`members`).
 
 Stopping (`drain`, the server's SIGTERM): /readyz fails and watches end at once (clients
 re-watch elsewhere), the listener closes (new connections are refused), and requests in progress
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,6 +136,8 @@ class ApiServer:
         self.pki: Pki | None = None
         self.certs = CertRenewer(opts.cert_renewal)  # leaves added by `run`
         self.tokens: ClusterTokens | None = None  # the cluster-wide token table
+        # the Raft members' client addresses for joining servers (`members`; set before `run`)
+        self.members: Callable[[], Awaitable[list[Obj]]] | None = None
         self._ready = ready
 
     @property
@@ -168,7 +173,15 @@ class ApiServer:
             await trio.to_thread.run_sync(atomic_write, token_file, server_token, 0o600)
         admin_token = bundle.admin_token
         authenticator = Authenticator(tokens, pki.ca_cert)
-        routes = OrchestratorRoutes(tokens, pki.ca_pem, pin, self._node_exists, pki)
+        routes = OrchestratorRoutes(
+            tokens,
+            pki.ca_pem,
+            pin,
+            self._node_exists,
+            pki,
+            cluster_token=self.opts.cluster_token,
+            members=self.members,
+        )
         logs = await AgentLogProxy.for_pki(pki, self._get_node, local_node=self.opts.node_name)
         app = ApiApp(
             self.api,

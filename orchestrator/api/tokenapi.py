@@ -22,12 +22,23 @@ All under `/orchestrator/v1/`, JSON in and out (failures are metav1.Status like 
     POST   /orchestrator/v1/node-certificate  a node (system:node:<name>), for its own name:
                                           {servingKey, addresses} -> 201 {nodeName,
                                           servingCertificate}: renewal of the above
+    GET    /orchestrator/v1/members       holders of the cluster token (and admins):
+                                          {"items": [{id, clientAddress, voter, leader}]}:
+                                          the Raft members' store client addresses, what a
+                                          server joining with `--server URL` joins through
+                                          (`members`, `orchestrator.serverjoin`)
 
 Why HTTP endpoints rather than the store's client port: the CLI then needs only the admin
 kubeconfig (the same credentials as `orchestrator get`), every call is authenticated and
 authorized by the API server's usual layers (`authz` role table: admin has every path, the
 bootstrapper role `post /orchestrator/v1/join`), and agents, which only ever talk HTTPS to
 the API server, join the same way.
+
+Members: the cluster token is no API credential (no user holds it), so this endpoint checks
+it itself, as the store's client port does for its `join` op: `Authorization: Bearer <cluster
+token>`, compared in constant time. Any other bearer token or client certificate goes through
+the usual authentication and authorization (admins may; anyone else is a 403, an unknown token
+a 401).
 
 Join: the bearer token is confirmed by a linearizable read of its own store key (not the
 authentication cache), so a token revoked through any server is refused at once. The node name
@@ -39,6 +50,7 @@ compare-and-swap on what was checked, so two concurrent joins cannot both win.
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import json
 from collections.abc import Awaitable, Callable
@@ -60,6 +72,7 @@ CA_PATH = PREFIX + "ca"
 TOKENS_PATH = PREFIX + "tokens"
 JOIN_PATH = PREFIX + "join"
 NODE_CERT_PATH = PREFIX + "node-certificate"
+MEMBERS_PATH = PREFIX + "members"
 MAX_DESCRIPTION = 256
 
 Headers = list[tuple[bytes, bytes]]
@@ -89,8 +102,13 @@ class OrchestratorRoutes:
         ca_pin: str,
         node_exists: Callable[[str], Awaitable[bool]],
         pki: Pki | None = None,
+        *,
+        cluster_token: str = "",
+        members: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
     ) -> None:
         self.tokens = tokens
+        self.cluster_token = cluster_token  # what a joining server proves (members)
+        self.members = members  # the Raft members' client addresses (`members.MemberDirectory`)
         self.pki = pki  # holds the CA key: signs joined agents' serving certificates
         self.ca_pem = ca_pem
         self.ca_pin = ca_pin  # hex SHA-256 of the CA (DER)
@@ -112,6 +130,12 @@ class OrchestratorRoutes:
                 user = await self._join_user(headers, authenticate)
                 authorize(user, Attributes("post", path=path))
                 return await self._join(user, _body(body))
+            if path == MEMBERS_PATH and method == "GET":
+                self._authorize_server(headers, authenticate, path)
+                if self.members is None:
+                    raise errors.service_unavailable("this server does not list its members")
+                members = await self.members()
+                return Response(200, {"kind": "MemberList", "apiVersion": "v1", "items": members})
             user = authenticate()
             authorize(user, Attributes(method.lower(), path=path))
             if path == NODE_CERT_PATH and method == "POST":
@@ -140,6 +164,28 @@ class OrchestratorRoutes:
         if entry is None:
             raise errors.unauthorized("the join token is wrong, expired or revoked")
         return _with_authenticated(entry.name, entry.groups)
+
+    def _authorize_server(
+        self, headers: Headers, authenticate: Callable[[], User], path: str
+    ) -> None:
+        """The cluster token as a bearer token (module doc), else an authorized user."""
+        token = bearer_token(headers)
+        if (
+            token is not None
+            and self.cluster_token
+            and hmac.compare_digest(token.encode(), self.cluster_token.encode())
+        ):
+            return
+        try:
+            user = authenticate()
+        except errors.ApiError as exc:
+            if exc.code != 401:
+                raise
+            raise errors.unauthorized(
+                "wrong cluster token: a joining server needs this cluster's token (the "
+                "K10... token in a server's DATA_DIR/server-token)"
+            ) from None
+        authorize(user, Attributes("get", path=path))
 
     async def _create(self, body: dict[str, Any]) -> Response:
         ttl = body.get("ttlSeconds", BOOTSTRAP_TTL)

@@ -100,6 +100,14 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "empty and wait for `member add-learner`",
     )
     s.add_argument(
+        "--server",
+        action=config.ListOption,
+        metavar="URL",
+        help="join the cluster through this server's Kubernetes API, e.g. "
+        "https://10.0.0.1:6443 (repeat it or separate URLs with commas: tried in turn); "
+        "with --token, best the K10... token in a server's DATA_DIR/server-token",
+    )
+    s.add_argument(
         "--token",
         default=os.environ.get("ORCHESTRATOR_TOKEN"),
         help="cluster join token (env ORCHESTRATOR_TOKEN); a new cluster makes one",
@@ -245,8 +253,24 @@ def _server(args: argparse.Namespace) -> int:
 
     if args.node_id is not None and args.node_id < 1:
         raise SystemExit("error: --node-id must be >= 1")
-    joining = args.join is not None
-    if joining and args.join and not args.token:
+    from ..client.endpoints import split_servers
+
+    servers = split_servers(args.server or [])
+    if servers and args.join is not None:
+        raise SystemExit(
+            "error: give either --server URL (a server's API) or --join HOST:PORT (a server's "
+            "client address) to join through, not both"
+        )
+    if servers and not args.token:
+        raise SystemExit("error: --server URL needs --token (or ORCHESTRATOR_TOKEN)")
+    for url in servers:
+        if not url.startswith(("https://", "http://")):
+            raise SystemExit(
+                f"error: --server {url!r} is not a URL like https://HOST:6443 (a server's API; "
+                "its client address HOST:PORT goes to --join)"
+            )
+    joining = args.join is not None or bool(servers)
+    if args.join and not args.token:
         raise SystemExit("error: --join URL needs --token (or ORCHESTRATOR_TOKEN)")
     if (
         args.initial_cluster
@@ -304,6 +328,7 @@ def _server(args: argparse.Namespace) -> int:
         args.client_listen,
         token=token,
         join_url=args.join,
+        join_servers=servers,
         ca_pin=(given.pin or "") if given else "",
         quota_bytes=args.quota_bytes,
         compaction=compaction,
@@ -340,10 +365,12 @@ def _server(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    from ..serverjoin import JoinFailed
+
     failure: BaseException | None = None
     try:
         trio.run(serve_until_signalled, opts)
-    except* (PermissionError, trio.TooSlowError) as eg:
+    except* (PermissionError, JoinFailed, trio.TooSlowError) as eg:
         failure = eg.exceptions[0]
         while isinstance(failure, BaseExceptionGroup):  # nurseries nest groups
             failure = failure.exceptions[0]

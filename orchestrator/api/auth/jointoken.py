@@ -17,7 +17,8 @@ compares it with the pin BEFORE sending any credential; only the `<creds>` part 
 Servers (`--join URL --token K10...`): `verify_bundle_pin` reads the cluster's shared bundle
 through the member's client port (no credential is sent for that), decrypts it with the
 cluster token (the bundle is authenticated encryption: a stranger cannot forge one) and checks
-its CA against the pin before the join request carries the token.
+its CA against the pin before the join request carries the token. With `--server URL` a server
+first checks the pin like an agent, on the CA its API serves (`orchestrator.serverjoin`).
 """
 
 from __future__ import annotations
