@@ -392,8 +392,10 @@ async def test_dbthread_cancelled_call_still_blocks_the_next_one() -> None:
     first_done = threading.Event()
     second_saw_first_done: list[bool] = []
 
+    token = trio.lowlevel.current_trio_token()
+
     def slow() -> None:
-        trio.from_thread.run_sync(started.set)
+        trio.from_thread.run_sync(started.set, trio_token=token)
         release.wait(5)
         first_done.set()
 
