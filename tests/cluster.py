@@ -126,16 +126,19 @@ async def raw_request(endpoint: str, op: str, *args: Any, within: float = 2.0) -
     with trio.fail_after(within):
         stream = await trio.open_tcp_stream(host, int(port))
         async with stream:
-            await stream.send_all(encode_frame(msgpack.packb([1, op, list(args)])))
-            decoder = FrameDecoder(64 << 20)
-            while True:
-                data = await stream.receive_some(65536)
-                if not data:
-                    raise ConnectionResetError(f"{endpoint} closed the connection")
-                frames = decoder.receive_data(data)
-                if frames:
-                    _rid, status, value = msgpack.unpackb(frames[0], strict_map_key=False)
-                    return str(status), value
+            try:
+                await stream.send_all(encode_frame(msgpack.packb([1, op, list(args)])))
+                decoder = FrameDecoder(64 << 20)
+                while True:
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        raise ConnectionResetError(f"{endpoint} closed the connection")
+                    frames = decoder.receive_data(data)
+                    if frames:
+                        _rid, status, value = msgpack.unpackb(frames[0], strict_map_key=False)
+                        return str(status), value
+            except trio.BrokenResourceError as exc:  # a reset (e.g. a draining server's close)
+                raise ConnectionResetError(f"{endpoint} reset the connection") from exc
 
 
 class Cluster:
