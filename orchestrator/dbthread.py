@@ -28,6 +28,7 @@ of every server makes one).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sqlite3
@@ -94,7 +95,9 @@ class DbThread:
                         self._thread = None
                         return
                 continue
-            deliver(outcome.capture(fn))
+            # If the caller's trio run is over, nobody is left to tell: serve the next call.
+            with contextlib.suppress(trio.RunFinishedError):
+                deliver(outcome.capture(fn))
             del fn, deliver  # nothing of the call stays alive while the thread waits
 
 

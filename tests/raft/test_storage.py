@@ -426,3 +426,10 @@ async def test_dbthread_propagates_exceptions(db_path: Path) -> None:
     loaded = await db.run(s.load)
     assert loaded.entries == ents(1, 3, 1)
     await db.run(s.close)
+
+
+def test_dbthread_serves_successive_trio_runs() -> None:
+    """The database's thread outlives one trio run and answers the next run's calls."""
+    db = DbThread()
+    assert trio.run(db.run, int, "7") == 7
+    assert trio.run(db.run, int, "8") == 8
