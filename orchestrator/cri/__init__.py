@@ -4,58 +4,7 @@ and errors (see `runtime.py`), implemented by `containerd.CriRuntime` (CRI over 
 package's namespace holds the contract only, so importing it never loads grpc.
 """
 
-from .runtime import (
-    NETWORK_READY,
-    RUNTIME_READY,
-    Container,
-    ContainerConfig,
-    ContainerState,
-    ContainerStatus,
-    CriError,
-    DeadlineExceeded,
-    DNSConfig,
-    ExecResult,
-    ImageInfo,
-    Mount,
-    NotFound,
-    PodSandbox,
-    PodSandboxConfig,
-    PortMapping,
-    Resources,
-    RuntimeCondition,
-    RuntimeFailure,
-    RuntimeService,
-    RuntimeStatus,
-    RuntimeVersion,
-    SandboxState,
-    SandboxStatus,
-    Unavailable,
-)
+from . import runtime as _runtime
+from .runtime import *  # noqa: F403  (the contract is exactly runtime.__all__)
 
-__all__ = [
-    "NETWORK_READY",
-    "RUNTIME_READY",
-    "Container",
-    "ContainerConfig",
-    "ContainerState",
-    "ContainerStatus",
-    "CriError",
-    "DNSConfig",
-    "DeadlineExceeded",
-    "ExecResult",
-    "ImageInfo",
-    "Mount",
-    "NotFound",
-    "PodSandbox",
-    "PodSandboxConfig",
-    "PortMapping",
-    "Resources",
-    "RuntimeCondition",
-    "RuntimeFailure",
-    "RuntimeService",
-    "RuntimeStatus",
-    "RuntimeVersion",
-    "SandboxState",
-    "SandboxStatus",
-    "Unavailable",
-]
+__all__ = _runtime.__all__
