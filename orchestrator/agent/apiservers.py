@@ -29,8 +29,9 @@ import trio
 
 from ..api.auth.pki import atomic_write
 from ..client.endpoints import EndpointSet, split_servers, urls_from_endpoints
+from ..client.protocol import ApiConnectionError, ApiException
 from ..client.resource import ENDPOINTS
-from ..client.rest import ApiConnectionError, ApiException, RestClient
+from ..client.rest import RestClient
 
 __all__ = ["LEARN_INTERVAL", "SERVERS_FILE", "ServerLearner", "load_servers", "save_servers"]
 

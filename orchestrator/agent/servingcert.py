@@ -180,7 +180,7 @@ async def ensure_serving_cert(
 ) -> tuple[Path, Path] | None:
     """(certificate, key) paths for the log endpoint, renewed when needed (module doc); None
     when there is none to serve with (no CA known, or none could be obtained)."""
-    from ..client.rest import ApiConnectionError, ApiException
+    from ..client.protocol import ApiConnectionError, ApiException
 
     if cfg.ca_pem is None:
         log.warning("no cluster CA known: the log endpoint is not served")

@@ -213,7 +213,7 @@ async def _rotate_agent(data_dir: Path, kubeconfig: Path | None) -> None:
     from ..agent import servingcert
     from ..agent.join import CREDENTIALS_FILE
     from ..client.config import ConfigError, load_kubeconfig
-    from ..client.rest import ApiConnectionError, ApiException
+    from ..client.protocol import ApiConnectionError, ApiException
 
     path = kubeconfig or data_dir / CREDENTIALS_FILE
     try:

@@ -135,7 +135,7 @@ async def _run(args: argparse.Namespace) -> int:
 
 def main(args: argparse.Namespace) -> int:
     from ..client.config import ConfigError
-    from ..client.rest import ApiConnectionError, ApiException
+    from ..client.protocol import ApiConnectionError, ApiException
 
     try:
         return trio.run(_run, args)

@@ -25,8 +25,9 @@ from typing import Any
 
 import trio
 
+from .protocol import ApiException
 from .resource import ResourceInfo
-from .rest import ApiException, RestClient
+from .rest import RestClient
 
 __all__ = ["ResourceMapper", "ResourceNotFound", "discover", "parse_resource_lists"]
 

@@ -48,12 +48,8 @@ import trio
 from .config import ClientConfig
 from .endpoints import EndpointSet
 from .protocol import (
-    APPLY_PATCH,
     JSON,
-    JSON_PATCH,
     MERGE_PATCH,
-    STRATEGIC_MERGE_PATCH,
-    TABLE_ACCEPT,
     ApiConnectionError,
     ApiException,
     WatchDecoder,
@@ -61,19 +57,7 @@ from .protocol import (
 )
 from .resource import ResourceInfo
 
-__all__ = [
-    "APPLY_PATCH",
-    "JSON",
-    "JSON_PATCH",
-    "MERGE_PATCH",
-    "STRATEGIC_MERGE_PATCH",
-    "TABLE_ACCEPT",
-    "ApiConnectionError",
-    "ApiException",
-    "RestClient",
-    "WatchDecoder",
-    "WatchEvent",
-]
+__all__ = ["RestClient"]  # the transport-free values live in `protocol`
 
 
 Params = Mapping[str, str | int | bool | None]
