@@ -6,7 +6,9 @@ One task (`_loop`) owns the `RaftCore`; nothing else touches it. Everything that
 (peer messages from the transport, client proposals and reads, ticks) appends to an inbox and
 wakes the loop. Each turn the loop drains the whole inbox — all proposals that arrived become one
 `propose()` call, hence one log append, one fsync and one AppendEntries per follower (group
-commit) — then works through every `Ready`:
+commit); for a state machine that accepts batches they are also packed into few entries, so the
+costs per entry (log row, message slot, envelope, bookkeeping) are paid once per batch — then
+works through every `Ready`:
 
     0. install a received snapshot into the state machine (durably, before the log forgets);
     1. persist entries + hard state (+ the snapshot's metadata) in ONE SQLite transaction;
@@ -54,7 +56,7 @@ import trio
 from .. import observability as metrics
 from ..dbthread import DbThread
 from .core import RaftConfig, RaftCore, bootstrap
-from .statemachine import StateMachine
+from .statemachine import StateMachine, pack_batch
 from .storage import RaftStorage
 from .transport import Address, FaultInjector, PeerTransport
 from .types import (
@@ -195,6 +197,37 @@ class CallbackWaiter(_Waiter):
         raise TypeError("a CallbackWaiter reports through its callback")
 
 
+class _BatchWaiter(_Waiter):
+    """The waiters of a batch's commands, under the batch's one request id: the batch's result
+    is the list of theirs (anything else, or a failure, goes to every one of them)."""
+
+    __slots__ = ("waiters",)
+
+    def __init__(self, waiters: list[_Waiter]) -> None:
+        self.waiters = waiters
+        self.value = None
+        self.error = None
+
+    def set(self, value: Any) -> None:
+        if isinstance(value, list) and len(value) == len(self.waiters):
+            for w, v in zip(self.waiters, value, strict=True):
+                w.set(v)
+        else:
+            for w in self.waiters:
+                w.set(value)
+
+    def fail(self, error: BaseException) -> None:
+        for w in self.waiters:
+            w.fail(error)
+
+    async def wait(self) -> Any:
+        raise TypeError("a batch's commands are waited for one by one")
+
+
+# Payload bytes per batch entry: a few hundred commands of 1 KiB, well under the 1 MiB a message
+# carries, so one batch never holds up a follower's catch-up for long.
+_BATCH_BYTES = 256 * 1024
+
 _PROMOTE_MARK = "#promote"  # in the persisted address book: a learner to promote when caught up
 
 
@@ -255,6 +288,7 @@ class RaftNode:
         # never be mistaken for new requests.
         self._rid = itertools.count(int.from_bytes(os.urandom(7), "big"))
         self._waiters: dict[int, _Waiter] = {}  # request id -> waiter
+        self._batches = False  # pack proposals that arrive together (see statemachine.py)
         self._by_index: dict[int, tuple[int, int]] = {}  # index -> (term, request id), leader only
         self._conf_waiters: dict[int, tuple[int, _Waiter]] = {}  # index -> (term, waiter)
         self.auto_promote: set[NodeId] = set()  # learners to promote once caught up
@@ -354,6 +388,7 @@ class RaftNode:
         cfg.data_dir.mkdir(parents=True, exist_ok=True)
         self.storage = await self._raft_db.run(RaftStorage, cfg.data_dir / "raft.db")
         self.sm = await self._sm_db.run(self._sm_factory, cfg.data_dir)
+        self._batches = bool(getattr(self.sm, "accepts_batches", False))
         try:
             await self._open()
             metrics.bind_raft_node(self)
@@ -488,8 +523,7 @@ class RaftNode:
 
     def _handle_requests(self, requests: list[tuple[str, Any, _Waiter]]) -> None:
         core = self.core
-        batch: list[bytes] = []
-        rids: list[int] = []
+        proposals: list[tuple[bytes, _Waiter]] = []
         for kind, arg, w in requests:
             try:
                 if kind == "fenced":
@@ -500,10 +534,7 @@ class RaftNode:
                         continue
                     kind = "propose"  # appended below, in this same turn: its entry has `term`
                 if kind == "propose":
-                    rid = next(self._rid)
-                    batch.append(_ENVELOPE.pack(self.id, rid) + arg)
-                    rids.append(rid)
-                    self._waiters[rid] = w
+                    proposals.append((arg, w))
                 elif kind == "read":
                     ctx = self._ctx_prefix + b"%d" % next(self._ctx)
                     core.read_index(ctx)
@@ -518,21 +549,53 @@ class RaftNode:
                 w.fail(self._refusal(exc))
                 if kind == "conf":
                     metrics.RAFT_PROPOSALS_FAILED.inc()
-        if not batch:
+        if not proposals:
             return
+        batch, rids = self._entry_data(proposals)
         try:
             if core.role is Role.LEADER:
                 first, term = core.propose(batch)
                 for i, rid in enumerate(rids):
                     self._by_index[first + i] = (term, rid)
-                self._commit_clock.append((first + len(batch) - 1, len(batch), time.perf_counter()))
+                self._commit_clock.append(
+                    (first + len(batch) - 1, len(proposals), time.perf_counter())
+                )
             else:
                 core.forward(batch)  # the leader appends them; we recognise them when applied
         except ProposalDropped as exc:
             err = self._refusal(exc)
             for rid in rids:
                 self._waiters.pop(rid).fail(err)
-            metrics.RAFT_PROPOSALS_FAILED.inc(len(rids))
+            metrics.RAFT_PROPOSALS_FAILED.inc(len(proposals))
+
+    def _entry_data(self, proposals: list[tuple[bytes, _Waiter]]) -> tuple[list[bytes], list[int]]:
+        """The entries' payloads for `proposals`, each with its envelope, and the request id each
+        entry's waiter is registered under. A state machine that accepts batches gets the
+        commands that arrived together packed into few entries (up to `_BATCH_BYTES` each, a
+        command over that alone); a batch has one envelope and one waiter for all its commands."""
+        batch: list[bytes] = []
+        rids: list[int] = []
+        n = len(proposals)
+        i = 0
+        while i < n:
+            j = i + 1
+            if self._batches:
+                size = len(proposals[i][0])
+                while j < n and size + len(proposals[j][0]) <= _BATCH_BYTES:
+                    size += len(proposals[j][0])
+                    j += 1
+            rid = next(self._rid)
+            if j == i + 1:
+                cmd, w = proposals[i]
+                batch.append(_ENVELOPE.pack(self.id, rid) + cmd)
+                self._waiters[rid] = w
+            else:
+                group = proposals[i:j]
+                batch.append(_ENVELOPE.pack(self.id, rid) + pack_batch([c for c, _ in group]))
+                self._waiters[rid] = _BatchWaiter([w for _, w in group])
+            rids.append(rid)
+            i = j
+        return batch, rids
 
     def _maybe_promote(self) -> None:
         """As leader, promote one caught-up learner that joined asking for it (one membership

@@ -14,6 +14,13 @@ Invariants every implementation must keep:
   (the Raft log is the durable record and is replayed), but the driver calls `sync()` before it
   forgets log entries, and after `restore`: from then on the state machine's own database is
   the snapshot, so the Raft storage keeps only the snapshot's metadata.
+
+Batches (optional): a state machine whose `accepts_batches` is true also applies entries made by
+`pack_batch` (several commands that arrived together, one log entry for all: one log row, one
+message slot, one envelope instead of one each). Their commands are applied in order, as if they
+were consecutive entries, and the entry's result is the list of their results. A batch is
+recognised by its first byte, 0xC1, which msgpack never produces, so no command can be mistaken
+for one; a state machine whose commands are not msgpack must not accept batches.
 """
 
 from __future__ import annotations
@@ -21,7 +28,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+import msgpack
+
 from .types import Entry
+
+BATCH_TAG = b"\xc1"
+
+
+def pack_batch(commands: Sequence[bytes]) -> bytes:
+    """One entry payload holding `commands`, for a state machine that accepts batches."""
+    return BATCH_TAG + msgpack.packb(commands)  # type: ignore[no-any-return]
+
+
+def unpack_batch(data: bytes) -> list[bytes]:
+    """The commands of a `pack_batch` payload; ValueError if `data` is not one."""
+    if data[:1] != BATCH_TAG:
+        raise ValueError("not a batch")
+    try:
+        commands = msgpack.unpackb(memoryview(data)[1:])
+    except Exception as exc:  # msgpack raises many types for garbage input
+        raise ValueError(f"undecodable batch: {type(exc).__name__}") from None
+    if not isinstance(commands, list) or not all(isinstance(c, bytes) for c in commands):
+        raise ValueError("a batch is an array of commands")
+    return commands
 
 
 class StateMachine(Protocol):

@@ -3,8 +3,9 @@
 Theory of operation
 -------------------
 Raft hands `apply` batches of committed entries; each NORMAL entry carries one msgpack command
-(`types.encode_*`). `apply` runs the whole batch in ONE SQLite transaction, which also records
-the new applied index, so a batch is all-or-nothing on disk.
+(`types.encode_*`) or several packed by `raft.statemachine.pack_batch` (one result each, as if
+they were consecutive entries). `apply` runs the whole batch of entries in ONE SQLite
+transaction, which also records the new applied index, so a batch is all-or-nothing on disk.
 
 Layout (etcd's, mapped onto SQLite; store-notes §1):
 
@@ -94,6 +95,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from ..dbthread import open_wal
+from ..raft.statemachine import BATCH_TAG, unpack_batch
 from ..raft.types import Entry, EntryType
 from .types import (
     MAX_KEY_BYTES,
@@ -360,6 +362,8 @@ def _write_put(
 class MVCCStore:
     """See the module docstring. Synchronous; call through a `DbThread`."""
 
+    accepts_batches = True  # an entry may hold several commands (raft/statemachine.py)
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -467,6 +471,8 @@ class MVCCStore:
             for e in entries:
                 if e.index <= applied or e.type != EntryType.NORMAL or not e.data:
                     results.append(None)  # conf changes only advance the index
+                elif e.data[:1] == BATCH_TAG:
+                    results.append(self._execute_batch(e.data, events))
                 else:
                     results.append(self._execute(e.data, events))
             conn.execute(_SQL_META_SAVE, (expected - 1, self._rev, self._compact, self._logical))
@@ -540,6 +546,15 @@ class MVCCStore:
             conn.close()
 
     # ------------------------------------------------------------------ commands
+    def _execute_batch(
+        self, data: bytes, events: list[Event]
+    ) -> list[WriteResult | TxnResult] | WriteResult:
+        try:
+            commands = unpack_batch(data)
+        except ValueError as exc:
+            return self._fail(InvalidRequest(str(exc)))
+        return [self._execute(c, events) for c in commands]
+
     def _execute(self, data: bytes, events: list[Event]) -> WriteResult | TxnResult:
         try:
             cmd: Any = msgpack.unpackb(data, raw=False)
