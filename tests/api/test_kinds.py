@@ -687,6 +687,13 @@ def test_pod_checks() -> None:
     [(field, message)] = _check(k, new, old)
     assert field == "spec"
     assert message.startswith("Forbidden: pod updates may not change fields other than ")
+    # An unchanged spec (a status write) is not checked again: it was when it was stored.
+    # A changed one is, whole.
+    stored = copy.deepcopy(pod)
+    assert _check(k, {**copy.deepcopy(pod), "status": {"phase": "Running"}}, stored) == []
+    edited = copy.deepcopy(pod)
+    edited["spec"]["containers"][0]["image"] = "x:2"
+    assert _check(k, edited, stored) == _check(k, pod)
 
 
 def test_other_checks() -> None:

@@ -301,10 +301,15 @@ def validate_pod_update(new_spec: Any, old_spec: Any) -> list[Cause]:
 
 
 def validate_pod(new: Obj, old: Obj | None) -> list[Cause]:
-    causes = validate_pod_spec(new.get("spec"))
-    if old is not None:
-        causes.extend(validate_pod_update(new.get("spec"), old.get("spec")))
-    return causes
+    spec = new.get("spec")
+    if old is None:
+        return validate_pod_spec(spec)
+    old_spec = old.get("spec")
+    if spec == old_spec:
+        # Unchanged (a status write, a label edit): it passed these checks when it was stored,
+        # and Kubernetes, too, does not re-validate the spec of a status update.
+        return []
+    return validate_pod_spec(spec) + validate_pod_update(spec, old_spec)
 
 
 # -- table -----------------------------------------------------------------------------------
