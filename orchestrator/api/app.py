@@ -464,28 +464,32 @@ class ApiApp:
         )
 
     async def _watch_lines(
-        self, kind: Kind, events: AsyncIterator[Obj], query: Query, as_table: bool
+        self, kind: Kind, events: AsyncIterator[list[Obj]], query: Query, as_table: bool
     ) -> AsyncIterator[bytes]:
         include = tables.include_object(query.get("includeObject"))
         first = True
         watchers = API_WATCHERS.labels(kind.plural)
         watchers.inc()
         try:
-            async for ev in events:
-                if as_table and ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
-                    ev = {
-                        "type": ev["type"],
-                        "object": tables.table(
-                            kind,
-                            [ev["object"]],
-                            self.api.clock(),
-                            resource_version=ev["object"]["metadata"].get("resourceVersion", ""),
-                            include=include,
-                            with_columns=first,
-                        ),
-                    }
-                    first = False
-                yield dumps(ev) + b"\n"
+            async for batch in events:
+                lines = []
+                for ev in batch:
+                    if as_table and ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        obj = ev["object"]
+                        ev = {
+                            "type": ev["type"],
+                            "object": tables.table(
+                                kind,
+                                [obj],
+                                self.api.clock(),
+                                resource_version=obj["metadata"].get("resourceVersion", ""),
+                                include=include,
+                                with_columns=first,
+                            ),
+                        }
+                        first = False
+                    lines.append(dumps(ev) + b"\n")
+                yield b"".join(lines)  # one write for the batch
         finally:
             watchers.dec()
             aclose = getattr(events, "aclose", None)

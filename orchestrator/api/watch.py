@@ -48,6 +48,7 @@ def _decode(value: bytes, revision: int) -> Obj:
 
 
 DECODED_CACHE_SIZE = 4096
+INITIAL_BATCH = 500  # the initial state's ADDED events go out in batches of this many
 
 
 class _Decoded:
@@ -101,9 +102,11 @@ async def open_watch(
     *,
     name: str = "",
     read_only: bool = False,
-) -> AsyncIterator[Obj]:
+) -> AsyncIterator[list[Obj]]:
     """Check the request and read the initial state now (so errors are plain HTTP errors), then
     return the event stream; it runs until the store ends the watch (the caller owns timeouts).
+    Events come in batches, one per store response (never empty), so that a consumer pays its
+    per-wait costs (a timeout scope, a write to the socket) once per batch instead of per event.
     `read_only`: the caller never modifies the events' objects, which may then be shared with
     other read-only watchers (see the module doc)."""
     if not kind.namespaced and ns:
@@ -141,25 +144,31 @@ async def open_watch(
     decoded = _decoded_of(api)
     only = None if everything else matches
 
-    async def events() -> AsyncIterator[Obj]:
+    async def events() -> AsyncIterator[list[Obj]]:
         async with watcher:
-            for ev in first:
-                yield ev
+            for i in range(0, len(first), INITIAL_BATCH):
+                yield first[i : i + INITIAL_BATCH]
             async for response in watcher:
                 if response.canceled:
                     if response.cancel_reason == "compacted":
-                        yield expired_event(
-                            f"too old resource version: {start - 1} ({response.compact_revision})"
-                        )
+                        yield [
+                            expired_event(
+                                f"too old resource version: {start - 1}"
+                                f" ({response.compact_revision})"
+                            )
+                        ]
                     return
                 if response.progress and not response.events:
                     if bookmarks:
-                        yield bookmark(kind, response.revision)
+                        yield [bookmark(kind, response.revision)]
                     continue
-                for e in response.events:
-                    out = _translate(api, kind, e, only, decoded, read_only)
-                    if out is not None:
-                        yield out
+                batch = [
+                    out
+                    for e in response.events
+                    if (out := _translate(api, kind, e, only, decoded, read_only)) is not None
+                ]
+                if batch:
+                    yield batch
 
     return events()
 

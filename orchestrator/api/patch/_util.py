@@ -36,9 +36,14 @@ def json_equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
+# One encoder for every call: `json.dumps` with options builds a new one each time, which costs
+# as much as encoding the small values (list keys, set items) this mostly sees.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical(value: Any) -> str:
     """Compact JSON with sorted keys: a hashable identity for a JSON value."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def short(value: Any, limit: int = 120) -> str:

@@ -197,23 +197,25 @@ class InProcessClient:
 
 
 async def _in_process_events(
-    raw: AsyncIterator[Obj], deadline: float
+    raw: AsyncIterator[list[Obj]], deadline: float
 ) -> AsyncGenerator[WatchEvent, None]:
     it = raw.__aiter__()
     while True:
-        # The cancel scope covers only the wait, never a yield (trio forbids that in generators).
+        # The cancel scope covers only the wait, never a yield (trio forbids that in generators);
+        # one per batch of events, not per event.
         with trio.move_on_at(deadline):
             try:
-                ev = await it.__anext__()
+                batch = await it.__anext__()
             except StopAsyncIteration:
                 return
         if trio.current_time() >= deadline:
             return
-        etype = str(ev.get("type", ""))
-        obj = ev.get("object") or {}
-        if etype == "ERROR":
-            raise _watch_error(obj)
-        yield etype, obj
+        for ev in batch:
+            etype = str(ev.get("type", ""))
+            obj = ev.get("object") or {}
+            if etype == "ERROR":
+                raise _watch_error(obj)
+            yield etype, obj
 
 
 def _query(**params: str) -> Query:
