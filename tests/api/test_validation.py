@@ -137,6 +137,19 @@ def test_valid_object_is_defaulted_and_input_untouched() -> None:
     assert v.obj["spec"]["selector"] is not obj["spec"]["selector"]
 
 
+def test_root_managed_fields_are_shared_the_rest_of_metadata_copied() -> None:
+    """Every write replaces metadata.managedFields with a list it computes, so validation hands
+    the sent list through instead of copying it; the rest of the metadata is a copy."""
+    obj = deployment()
+    obj["metadata"]["labels"] = {"app": "web"}
+    obj["metadata"]["managedFields"] = [{"manager": "m", "fieldsV1": {"f:spec": {}}}]
+    v = validate(DEPLOYMENT, obj, strict=True)
+    assert v.obj["metadata"] == obj["metadata"]
+    assert v.obj["metadata"] is not obj["metadata"]
+    assert v.obj["metadata"]["labels"] is not obj["metadata"]["labels"]
+    assert v.obj["metadata"]["managedFields"] is obj["metadata"]["managedFields"]
+
+
 def test_parts_shared_with_the_stored_object_are_copied_not_checked() -> None:
     """An update that shares a subtree (by identity) with the stored object it replaces takes
     it as already valid; an equal copy, or `True` where `1` was stored, is checked as sent."""

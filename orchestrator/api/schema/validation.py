@@ -18,6 +18,10 @@ building a NEW object (the input is never touched):
   duplicates and map-key duplicates. Messages are worded as the Kubernetes API server words them,
   as `Cause(field, message)` pairs for `errors.invalid`.
 
+The copy shares one part with the input: the root's `metadata.managedFields`. Every write
+replaces that list with one it computes (`track_update`, server-side apply) and nothing modifies
+it, so copying it (the biggest part of many objects' metadata) would be wasted work.
+
 Invariants: never raises on any JSON value (malformed schema parts are ignored, not trusted);
 deterministic (causes and unknown paths in document order); pure (no I/O, no globals but a cache
 of compiled patterns).
@@ -86,6 +90,13 @@ def validate(schema: Schema, obj: Any, *, strict: bool, old: Any = None) -> Vali
     except RecursionError:
         return Validated(obj, [Cause("", 'Invalid value: "object": nested too deeply')], [])
     return Validated(out, walker.causes, walker.unknown)
+
+
+def _root_meta(meta: Any) -> Any:
+    """A copy of the root's metadata sharing its managedFields (see the module doc)."""
+    if type(meta) is not dict or "managedFields" not in meta:
+        return copy_json(meta)
+    return {k: v if k == "managedFields" else copy_json(v) for k, v in meta.items()}
 
 
 def strict_error(unknown: list[str]) -> ApiError:
@@ -413,7 +424,7 @@ class _Walker:
             elif (embedded or path == "") and k in _EMBEDDED_META:
                 # The root's apiVersion/kind/metadata are the caller's (meta checks), an embedded
                 # resource's are kept as sent.
-                out[k] = copy_json(val)
+                out[k] = _root_meta(val) if path == "" and k == "metadata" else copy_json(val)
             else:
                 self.unknown.append(_child(path, k))
         for k, ps in p.defaults:
