@@ -18,9 +18,10 @@ building a NEW object (the input is never touched):
   duplicates and map-key duplicates. Messages are worded as the Kubernetes API server words them,
   as `Cause(field, message)` pairs for `errors.invalid`.
 
-The copy shares one part with the input: the root's `metadata.managedFields`. Every write
-replaces that list with one it computes (`track_update`, server-side apply) and nothing modifies
-it, so copying it (the biggest part of many objects' metadata) would be wasted work.
+The copy shares one part with its input: the root's `metadata.managedFields` when it is the
+stored object's list (`old`'s, by identity: an update that left it alone). Every write replaces
+that list with one it computes (`track_update`, server-side apply) and nothing modifies it, so
+copying it, the biggest part of most objects' metadata, would be wasted work.
 
 Invariants: never raises on any JSON value (malformed schema parts are ignored, not trusted);
 deterministic (causes and unknown paths in document order); pure (no I/O, no globals but a cache
@@ -90,13 +91,6 @@ def validate(schema: Schema, obj: Any, *, strict: bool, old: Any = None) -> Vali
     except RecursionError:
         return Validated(obj, [Cause("", 'Invalid value: "object": nested too deeply')], [])
     return Validated(out, walker.causes, walker.unknown)
-
-
-def _root_meta(meta: Any) -> Any:
-    """A copy of the root's metadata sharing its managedFields (see the module doc)."""
-    if type(meta) is not dict or "managedFields" not in meta:
-        return copy_json(meta)
-    return {k: v if k == "managedFields" else copy_json(v) for k, v in meta.items()}
 
 
 def strict_error(unknown: list[str]) -> ApiError:
@@ -414,7 +408,11 @@ class _Walker:
             if ps is not None:
                 if val is None and not (isinstance(ps, dict) and ps.get("nullable") is True):
                     continue  # a null is an absent field
-                out[k] = self.walk(ps, val, _child(path, k), o.get(k) if o else None)
+                ov = o.get(k) if o else None
+                if ov is val and k == "managedFields" and path == "metadata" and ov is not None:
+                    out[k] = val  # the stored list, shared (see the module doc)
+                    continue
+                out[k] = self.walk(ps, val, _child(path, k), ov)
             elif isinstance(addl, dict):
                 if val is None and addl.get("nullable") is not True:
                     continue
@@ -424,7 +422,7 @@ class _Walker:
             elif (embedded or path == "") and k in _EMBEDDED_META:
                 # The root's apiVersion/kind/metadata are the caller's (meta checks), an embedded
                 # resource's are kept as sent.
-                out[k] = _root_meta(val) if path == "" and k == "metadata" else copy_json(val)
+                out[k] = copy_json(val)
             else:
                 self.unknown.append(_child(path, k))
         for k, ps in p.defaults:
