@@ -159,7 +159,8 @@ def test_stored_managed_fields_are_shared_the_rest_of_metadata_copied() -> None:
     stored = {"metadata": {"labels": {"a": "b"}, "managedFields": managed}}
     update = {"metadata": {**stored["metadata"]}}
     v = validate(schema, update, strict=True, old=stored)
-    assert v.causes == [] and v.obj == update
+    assert v.causes == []
+    assert v.obj == update
     assert v.obj["metadata"]["managedFields"] is managed
     assert v.obj["metadata"]["labels"] is not stored["metadata"]["labels"]
     sent = validate(schema, copy.deepcopy(update), strict=True, old=stored)
