@@ -19,6 +19,7 @@ from orchestrator.api.patch import (
     server_side_apply,
     track_update,
 )
+from orchestrator.api.patch.apply import _tree_has
 
 STR: dict[str, Any] = {"type": "string"}
 INT: dict[str, Any] = {"type": "integer"}
@@ -479,6 +480,49 @@ def test_status_updates_track_only_status() -> None:
     assert fields_of(out, "controller") == {".status.replicas"}
     assert managers(out)["controller"]["subresource"] == "status"
     assert ".spec.replicas" in fields_of(out, "kubectl")
+
+
+def test_entries_an_update_leaves_alone_are_written_back_as_stored() -> None:
+    """A status write neither decodes nor re-encodes the spec owner's entry: with copy=False
+    (the caller gives up both objects) its stored tree goes into the result as it is; with the
+    default copy the result shares nothing with `old`. Both give the same managedFields."""
+    a = apply(None, deployment())
+    new = copy.deepcopy(a)
+    new["status"] = {"replicas": 2}
+    kept = managers(a)["kubectl"]["fieldsV1"]
+    shared = update(a, new, "controller", now=T1, subresource="status", copy=False)
+    copied = update(a, copy.deepcopy(new), "controller", now=T1, subresource="status")
+    assert shared["metadata"]["managedFields"] == copied["metadata"]["managedFields"]
+    assert managers(shared)["kubectl"]["fieldsV1"] is kept
+    assert managers(copied)["kubectl"]["fieldsV1"] is not kept
+    assert fields_of(shared, "controller") == {".status.replicas"}
+    # An update that takes fields from the stored entry re-encodes it.
+    new2 = copy.deepcopy(shared)
+    new2["spec"]["replicas"] = 9
+    out = update(shared, new2, "scaler", now=T1, copy=False)
+    assert ".spec.replicas" not in fields_of(out, "kubectl")
+    assert fields_of(out, "scaler") == {".spec.replicas"}
+
+
+@settings(max_examples=200)
+@given(
+    st.sets(
+        st.lists(
+            st.sampled_from(["f:a", "f:b", 'k:{"name":"x"}', "i:0"]), min_size=1, max_size=3
+        ).map(tuple),
+        max_size=8,
+    ),
+    st.lists(
+        st.sampled_from(["f:a", "f:b", 'k:{"name":"x"}', "i:0", "f:c"]), min_size=1, max_size=4
+    ),
+)
+def test_membership_read_from_the_tree_matches_decoding(
+    fields: set[tuple[str, ...]], probe: list[str]
+) -> None:
+    tree = encode_fields_v1(frozenset(fields))
+    decoded = decode_fields_v1(tree)
+    for path in [*fields, tuple(probe), *(p[:-1] for p in fields if len(p) > 1)]:
+        assert _tree_has(tree, path) == (path in decoded)
 
 
 # --- properties ----------------------------------------------------------------------------

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import ApiError, bad_request
@@ -80,17 +79,77 @@ _META_IGNORED = (
 )
 
 
-@dataclass(frozen=True, slots=True)
 class _Entry:
-    manager: str
-    operation: str  # "Apply" | "Update"
-    api_version: str
-    time: str
-    subresource: str
-    fields: FieldSet
-    # The fieldsV1 tree `fields` was decoded from (with that very set), reused by `encode`
-    # while the entry keeps that set: re-encoding an unchanged set costs a sort per node.
-    decoded: tuple[FieldSet, dict[str, Any]] | None = field(default=None, compare=False, repr=False)
+    """One managedFields entry. A stored entry's field set is decoded from its FieldsV1 `tree`
+    only when something needs the set itself: an update that leaves the entry alone (a status
+    write and the spec owner's entry) asks only `isdisjoint` and writes the tree back as it is.
+    `tree`, when set, is the encoding of `fields` (never of another set); `owned`: it may go
+    into the result without a copy (the caller gave up the object it came from)."""
+
+    __slots__ = (
+        "_fields",
+        "api_version",
+        "manager",
+        "operation",
+        "owned",
+        "subresource",
+        "time",
+        "tree",
+    )
+
+    def __init__(
+        self,
+        manager: str,
+        operation: str,  # "Apply" | "Update"
+        api_version: str,
+        time: str,
+        subresource: str,
+        fields: FieldSet | None,
+        tree: dict[str, Any] | None = None,
+        *,
+        owned: bool = False,
+    ) -> None:
+        assert fields is not None or tree is not None
+        self.manager = manager
+        self.operation = operation
+        self.api_version = api_version
+        self.time = time
+        self.subresource = subresource
+        self._fields = fields
+        self.tree: dict[str, Any] | None = tree
+        self.owned = owned
+
+    @property
+    def fields(self) -> FieldSet:
+        fields = self._fields
+        if fields is None:
+            assert self.tree is not None
+            try:
+                fields = decode_fields_v1(self.tree, canonical=True)
+            except ApiError:
+                fields = frozenset()  # unreadable, as `_managed_of` treats the whole list
+            self._fields = fields
+        return fields
+
+    def isdisjoint(self, paths: Collection[Path]) -> bool:
+        if self._fields is None and self.tree is not None:
+            return not any(_tree_has(self.tree, p) for p in paths)
+        return self.fields.isdisjoint(paths)
+
+    def nonempty(self) -> bool:
+        if self._fields is None and self.tree is not None:
+            return bool(self.tree)
+        return bool(self.fields)
+
+    def with_fields(self, fields: FieldSet, time: str | None = None) -> _Entry:
+        return _Entry(
+            self.manager,
+            self.operation,
+            self.api_version,
+            self.time if time is None else time,
+            self.subresource,
+            fields,
+        )
 
     def identity(self) -> tuple[str, str, str, str]:
         version = "" if self.operation == "Apply" else self.api_version
@@ -108,13 +167,24 @@ class _Entry:
         if self.time:
             out["time"] = self.time
         out["fieldsType"] = "FieldsV1"
-        if self.decoded is not None and self.decoded[0] is self.fields:
-            out["fieldsV1"] = copy_json(self.decoded[1])
+        if self.tree is not None:
+            out["fieldsV1"] = self.tree if self.owned else copy_json(self.tree)
         else:
             out["fieldsV1"] = encode_fields_v1(self.fields)
         if self.subresource:
             out["subresource"] = self.subresource
         return out
+
+
+def _tree_has(tree: dict[str, Any], path: Path) -> bool:
+    """Whether `path` is in the set the canonical FieldsV1 `tree` encodes (see
+    `decode_fields_v1`: a member is an empty leaf or a node holding `"."`)."""
+    node: Any = tree
+    for element in path:
+        node = node.get(element)
+        if type(node) is not dict:
+            return False
+    return not node or "." in node
 
 
 def _text(entry: dict[str, Any], key: str) -> str:
@@ -126,10 +196,11 @@ def _text(entry: dict[str, Any], key: str) -> str:
     return value
 
 
-def decode_managed_fields(value: Any, *, stored: bool = False) -> list[_Entry]:
+def decode_managed_fields(value: Any, *, stored: bool = False, owned: bool = False) -> list[_Entry]:
     """Parse `metadata.managedFields`; malformed entries are a 400 BadRequest. `stored`: they
     come from a stored object, so each fieldsV1 tree is `encode_fields_v1` of its set (this
-    module wrote it) and can be written back as it is while the set stays the same."""
+    module wrote it), decoded only when needed and written back as it is while the set stays
+    the same; `owned`: without a copy (the caller gives the stored object up)."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -145,36 +216,34 @@ def decode_managed_fields(value: Any, *, stored: bool = False) -> list[_Entry]:
         if fields_type != "FieldsV1":
             raise bad_request('managedFields: fieldsType must be "FieldsV1"')
         tree = raw.get("fieldsV1", {})
-        fields = decode_fields_v1(tree, canonical=stored)
-        entries.append(
-            _Entry(
-                manager=_text(raw, "manager"),
-                operation=operation,
-                api_version=_text(raw, "apiVersion"),
-                time=_text(raw, "time"),
-                subresource=_text(raw, "subresource"),
-                fields=fields,
-                decoded=(fields, tree) if stored else None,
-            )
-        )
+        manager, api_version = _text(raw, "manager"), _text(raw, "apiVersion")
+        time, subresource = _text(raw, "time"), _text(raw, "subresource")
+        if stored and isinstance(tree, dict):  # decoded when needed (see `_Entry`)
+            entry = _Entry(manager, operation, api_version, time, subresource, None, tree)
+            entry.owned = owned
+        else:
+            fields = decode_fields_v1(tree)
+            entry = _Entry(manager, operation, api_version, time, subresource, fields)
+        entries.append(entry)
     return entries
 
 
 def _sorted_entries(entries: Iterable[_Entry]) -> list[Obj]:
-    kept = [e for e in entries if e.fields]
+    kept = [e for e in entries if e.nonempty()]
     kept.sort(key=lambda e: (e.operation, e.time, e.manager, e.subresource, e.api_version))
     return [e.encode() for e in kept]
 
 
-def _managed_of(obj: Obj | None) -> list[_Entry]:
-    """The managedFields of a stored object; unreadable ones are dropped, as Kubernetes does."""
+def _managed_of(obj: Obj | None, *, owned: bool = False) -> list[_Entry]:
+    """The managedFields of a stored object; unreadable ones are dropped, as Kubernetes does.
+    `owned`: the caller gives `obj` up, so its trees may go into the result uncopied."""
     if obj is None:
         return []
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict):
         return []
     try:
-        return decode_managed_fields(metadata.get("managedFields"), stored=True)
+        return decode_managed_fields(metadata.get("managedFields"), stored=True, owned=owned)
     except ApiError:
         return []
 
@@ -576,7 +645,7 @@ def _apply(
         raise _conflict_error(conflicts)
     if conflicts:
         taken = {p for p, _ in conflicts}
-        others = [replace(e, fields=e.fields - taken) for e in others]
+        others = [e.with_fields(e.fields - taken) for e in others]
 
     owned_by_others: set[Path] = set().union(*(e.fields for e in others))
     last_set = previous.fields if previous is not None else frozenset()
@@ -600,7 +669,7 @@ def _apply(
     return _with_managed(result, new_entries)
 
 
-def _base_entries(old: Obj | None, new: Obj) -> list[_Entry] | None:
+def _base_entries(old: Obj | None, new: Obj, owned: bool) -> list[_Entry] | None:
     """Where an update's bookkeeping starts; None means "the client cleared managedFields"."""
     metadata = new.get("metadata")
     sent = metadata.get("managedFields") if isinstance(metadata, dict) else None
@@ -609,12 +678,13 @@ def _base_entries(old: Obj | None, new: Obj) -> list[_Entry] | None:
     if isinstance(sent, list) and sent:
         old_meta = old.get("metadata") if isinstance(old, dict) else None
         if isinstance(old_meta, dict) and sent == old_meta.get("managedFields"):
-            return _managed_of(old)  # the stored list, carried along by a patch: read as stored
+            # The stored list, carried along by a patch: read as stored.
+            return _managed_of(old, owned=owned)
         try:
             return decode_managed_fields(sent)
         except ApiError:
             pass
-    return _managed_of(old)
+    return _managed_of(old, owned=owned)
 
 
 def track_update(
@@ -630,11 +700,12 @@ def track_update(
     copy: bool = True,
 ) -> Obj:
     """Record a create/update/patch by `manager`; returns `new` with updated managedFields.
-    `copy=False`: the caller gives up `new`, so the result may share its values (the result's
-    top level and metadata are always new dicts; neither `new` nor `old` is modified)."""
+    `copy=False`: the caller gives up `new` and `old`, so the result may share their values
+    (the result's top level and metadata are always new dicts; neither `new` nor `old` is
+    modified)."""
     if not isinstance(new, dict):
         raise bad_request("object must be a JSON object")
-    base = _base_entries(old, new)
+    base = _base_entries(old, new, owned=not copy)
     stripped = _copy_obj(_without_meta(new)) if copy else _without_meta(new)
     if base is None:
         return _with_managed(stripped, [])
@@ -653,15 +724,14 @@ def track_update(
     previous = next((e for e in base if e.identity() == me), None)
     gone = changed | removed
     entries = [
-        replace(e, fields=e.fields - gone) if not e.fields.isdisjoint(gone) else e
+        e.with_fields(e.fields - gone) if not e.isdisjoint(gone) else e
         for e in base
         if e.identity() != me
     ]
     if previous is None:
-        fields = frozenset(changed)
-        known = (fields, tree) if tree is not None else None  # the create's tree: no re-encoding
-        mine = _Entry(manager, "Update", api_version, now, subresource, fields, known)
+        # The create's tree, if any, is the encoding of its set: no re-encoding.
+        mine = _Entry(manager, "Update", api_version, now, subresource, frozenset(changed), tree)
     else:
         fields = (previous.fields | changed) - removed
-        mine = replace(previous, fields=fields, time=now if changed else previous.time)
+        mine = previous.with_fields(fields, time=now if changed else previous.time)
     return _with_managed(stripped, [*entries, mine])
