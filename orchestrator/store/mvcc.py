@@ -548,12 +548,13 @@ class MVCCStore:
     # ------------------------------------------------------------------ commands
     def _execute_batch(
         self, data: bytes, events: list[Event]
-    ) -> list[WriteResult | TxnResult] | WriteResult:
+    ) -> list[WriteResult | TxnResult | None] | WriteResult:
         try:
             commands = unpack_batch(data)
         except ValueError as exc:
             return self._fail(InvalidRequest(str(exc)))
-        return [self._execute(c, events) for c in commands]
+        # An empty command is a no-op with no result, as an empty entry is.
+        return [self._execute(c, events) if c else None for c in commands]
 
     def _execute(self, data: bytes, events: list[Event]) -> WriteResult | TxnResult:
         try:

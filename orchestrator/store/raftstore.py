@@ -9,7 +9,10 @@ ReadIndex barrier (the leader confirms with a quorum that it still leads), then 
 Local reads are batched: reads that wait while one batch runs on the state machine's database
 thread run together in the next batch (one thread hand-off for all of them instead of one
 each). A read is still issued only after its own barrier, so it sees at least the state it
-must.
+must. A local `get` of a recently written key needs no database at all: the values the last
+applied writes left (`RECENT_BYTES` of them) are kept from the apply events, so the API
+server's update loop, which reads the object it is about to replace locally first, skips the
+thread hand-off for the objects that are being worked on.
 
 Invariants: a request that cannot reach a quorum fails with `NoQuorum` after `quorum_timeout`
 instead of hanging; a retry happens only when the earlier attempt certainly had no effect (no
@@ -49,6 +52,7 @@ from .types import (
     Compacted,
     Compare,
     Event,
+    EventType,
     KeyValue,
     NoQuorum,
     StoreError,
@@ -68,6 +72,10 @@ from .watch import Watcher, WatchHub
 log = logging.getLogger("orchestrator.store")
 
 T = TypeVar("T")
+
+# The recently written values kept for local reads (see the module doc): a few thousand objects.
+RECENT_BYTES = 8 * 1024 * 1024
+RECENT_KEYS = 16384
 
 
 class _Expired(Exception):
@@ -207,12 +215,36 @@ class RaftStore:
         self._deadline_seq = itertools.count()
         self._sweep = trio.CancelScope()  # the `_expire` task's current sleep
         self._reads: trio.MemorySendChannel[_Read] | None = None  # while `_reader` runs
+        # key -> its live value after the latest applied write to it (None: deleted), oldest
+        # write first; bounded by the bytes of the values (`_remember`).
+        self._recent: dict[str, KeyValue | None] = {}
+        self._recent_bytes = 0
         node.on_apply = self._on_apply
         node.on_snapshot = self._on_snapshot
+
+    def _remember(self, events: list[Event]) -> None:
+        recent = self._recent
+        size = self._recent_bytes
+        for ev in events:
+            kv = ev.kv
+            old = recent.pop(kv.key, None)
+            if old is not None:
+                size -= len(old.value)
+            if ev.type is EventType.PUT:
+                recent[kv.key] = kv
+                size += len(kv.value)
+            else:
+                recent[kv.key] = None
+        while size > RECENT_BYTES or len(recent) > RECENT_KEYS:
+            old = recent.pop(next(iter(recent)))
+            if old is not None:
+                size -= len(old.value)
+        self._recent_bytes = size
 
     def _on_apply(self) -> None:
         hub = getattr(self, "hub", None)
         events = self.node.sm.take_events()  # type: ignore[attr-defined]  # an MVCCStore
+        self._remember(events)
         if hub is not None:
             try:
                 hub.publish(events, self.mvcc.revision())
@@ -224,6 +256,8 @@ class RaftStore:
         # The store jumped to the snapshot's revision without events: watchers must catch up
         # from the durable history, which a fresh hub makes them do (their clients resume).
         self.node.sm.take_events()  # type: ignore[attr-defined]
+        self._recent.clear()
+        self._recent_bytes = 0
         if getattr(self, "hub", None) is not None:
             self._new_hub("server caught up by snapshot: watch again from your revision")
 
@@ -435,6 +469,9 @@ class RaftStore:
     async def get(
         self, key: str, *, revision: int = 0, linearizable: bool = True
     ) -> KeyValue | None:
+        if not linearizable and not revision and key in self._recent:
+            await trio.lowlevel.checkpoint()  # a read is a checkpoint either way
+            return self._recent[key]
         return await self._read(linearizable, self.mvcc.get, key, revision)
 
     async def list(
