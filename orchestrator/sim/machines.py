@@ -2,7 +2,8 @@
 
 `MemoryKV` is a dictionary (fast; checks Raft alone). `MVCCMachine` runs the real MVCC store
 (`store.mvcc.MVCCStore`) on a SQLite file, so the simulation checks the store too: its results,
-its revisions and its watch events, across crashes, snapshots and leader changes.
+its revisions and its watch events, across crashes, snapshots and leader changes. It accepts
+batch entries (several commands in one entry), so the driver makes some; the dictionary does not.
 
 Both model a process crash the same way the real server experiences one: what was committed to
 the state machine's database survives (`open` after `close`), nothing else does.
@@ -22,6 +23,10 @@ from ..store.mvcc import MVCCStore
 
 
 class SimStateMachine(Protocol):
+    # Whether an entry may hold several commands (`raft.statemachine.pack_batch`); the driver
+    # then makes batch entries, as RaftNode does.
+    accepts_batches: bool
+
     def open(self) -> None:
         """(Re)start from the durable state."""
 
@@ -54,7 +59,9 @@ class SimStateMachine(Protocol):
 
 
 class MemoryKV:
-    """A dictionary; no revisions, no events."""
+    """A dictionary; no revisions, no events, no batch entries."""
+
+    accepts_batches = False
 
     def __init__(self) -> None:
         self._durable: tuple[dict[str, bytes], int] = ({}, 0)
@@ -135,6 +142,8 @@ class MemoryKV:
 
 class MVCCMachine:
     """The real MVCC store on a SQLite file in a private temporary directory."""
+
+    accepts_batches = MVCCStore.accepts_batches
 
     def __init__(self) -> None:
         base = "/dev/shm" if os.path.isdir("/dev/shm") else None  # RAM: fast and disposable

@@ -22,6 +22,15 @@ committed entry (leader completeness); every server applies the same entry at ea
 converge on the same state; the clients' history of reads and writes is linearizable.
 
 The state machine is pluggable (`StateMachineFactory`) so the MVCC store can run here too.
+
+Batch entries: when the state machine accepts them (the MVCC store does; the dictionary does
+not), a seeded share of the clients' writes is held at the server they reached for a few
+milliseconds and then proposed (or forwarded) together with the others held there, as RaftNode
+packs the proposals that arrive while its loop is busy: consecutive commands up to
+`BATCH_BYTES` become one entry, `pack_batch(commands)`, a lone command stays a plain entry. A
+batch entry's envelope carries a batch id instead of an op id (`Simulation.batch_ops` maps it
+to its ops); when it is applied, the proposing server hands result i to the batch's op i, and
+a batch that is lost, superseded or cut off by a crash takes all its ops with it.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from functools import partial
 from typing import Any
 
 from ..raft.core import RaftConfig, RaftCore, bootstrap
+from ..raft.statemachine import pack_batch
 from ..raft.types import (
     ConfChange,
     ConfChangeType,
@@ -64,7 +74,13 @@ class SimFailure(AssertionError):
 
 
 StateMachineFactory = Callable[[], SimStateMachine]
-_ENVELOPE = struct.Struct("!Q")  # the client op id, so a forwarding server recognises its entry
+# The entry's id, so a forwarding server recognises its entry: a client op id, or (from
+# _BATCH_IDS on) a batch id, whose ops are `Simulation.batch_ops[id]`.
+_ENVELOPE = struct.Struct("!Q")
+_BATCH_IDS = 1 << 48
+# Command bytes per batch entry (RaftNode's _BATCH_BYTES scaled to the simulation's commands of a
+# few dozen bytes and its 4 KiB messages): a busy server's queue splits into several entries.
+BATCH_BYTES = 96
 
 
 # ---------------------------------------------------------------------------- nodes
@@ -77,7 +93,7 @@ class Disk:
 
 @dataclass
 class Pending:
-    op_id: int
+    eid: int  # envelope id: an op id or a batch id
     index: int
     term: int
 
@@ -93,8 +109,9 @@ class SimNode:
         self.alive = False
         self.removed = False
         self.core: RaftCore
-        self.pending: dict[int, Pending] = {}  # index -> write waiting for apply
-        self.forwarded: set[int] = set()  # op ids of writes forwarded to the leader
+        self.pending: dict[int, Pending] = {}  # index -> write (or batch) waiting for apply
+        self.forwarded: set[int] = set()  # envelope ids of entries forwarded to the leader
+        self.queue: list[tuple[int, bytes]] = []  # (op id, command) held for a batch
         self.reads: dict[bytes, int] = {}  # read context -> op id
         self.read_waits: list[tuple[int, int]] = []  # (read index, op id)
         self.last_snapshot_index = 0
@@ -122,12 +139,17 @@ class SimNode:
         self.read_waits.clear()
 
     def crash(self) -> None:
+        sim = self.sim
         self.alive = False
         self.sm.close()
-        self.sim.watchers_lost_node(self)
-        for op_id in [p.op_id for p in self.pending.values()] + list(self.forwarded):
-            self.sim.op_indeterminate(op_id)
+        sim.watchers_lost_node(self)
+        for eid in [p.eid for p in self.pending.values()] + list(self.forwarded):
+            for op_id in sim.ops_of(eid):
+                sim.op_indeterminate(op_id)
         self.forwarded.clear()
+        for op_id, _ in self.queue:
+            sim.op_failed(op_id)  # never proposed: certainly no effect
+        self.queue.clear()
         for op_id in list(self.reads.values()) + [o for _, o in self.read_waits]:
             self.sim.op_abandoned(op_id)
         self.pending.clear()
@@ -171,34 +193,37 @@ class SimNode:
             sim.check_snapshot(self, meta.index, self.sm.digest())
             for idx in [i for i in self.pending if i <= meta.index]:
                 # Superseded by the snapshot: outcome unknown to this server.
-                sim.op_indeterminate(self.pending.pop(idx).op_id)
-            for op_id in self.forwarded:
-                sim.op_indeterminate(op_id)
+                for op_id in sim.ops_of(self.pending.pop(idx).eid):
+                    sim.op_indeterminate(op_id)
+            for eid in self.forwarded:
+                for op_id in sim.ops_of(eid):
+                    sim.op_indeterminate(op_id)
             self.forwarded.clear()
         if rd.committed:
-            # Strip the envelopes (op ids), as RaftNode does, before the state machine.
-            op_ids: list[int | None] = []
+            # Strip the envelopes (op or batch ids), as RaftNode does, before the state machine.
+            eids: list[int | None] = []
             entries = []
             for e in rd.committed:
                 if e.type is EntryType.NORMAL and e.data:
-                    op_ids.append(_ENVELOPE.unpack_from(e.data)[0])
+                    eids.append(_ENVELOPE.unpack_from(e.data)[0])
                     e = Entry(e.term, e.index, e.type, e.data[_ENVELOPE.size :])
                 else:
-                    op_ids.append(None)
+                    eids.append(None)
                 entries.append(e)
             results = self.sm.apply(entries)
             sim.check_events(self, self.sm.take_events())
-            for e, res, fwd_id in zip(rd.committed, results, op_ids, strict=True):
+            for e, res, fwd_id in zip(rd.committed, results, eids, strict=True):
                 sim.check_applied(self, e)
                 p = self.pending.pop(e.index, None)
                 if p is not None:
                     if p.term == e.term:
-                        sim.op_done(p.op_id, self.sm.output(sim.ops[p.op_id].kind, res))
+                        self._entry_done(p.eid, res)
                     else:
-                        sim.op_failed(p.op_id)
+                        for op_id in sim.ops_of(p.eid):
+                            sim.op_failed(op_id)
                 if fwd_id is not None and fwd_id in self.forwarded:
                     self.forwarded.discard(fwd_id)
-                    sim.op_done(fwd_id, self.sm.output(sim.ops[fwd_id].kind, res))
+                    self._entry_done(fwd_id, res)
         for rs in rd.read_states:
             read_op = self.reads.pop(rs.context, None)
             if read_op is not None:
@@ -211,6 +236,23 @@ class SimNode:
             for op_id in self.reads.values():
                 sim.op_abandoned(op_id)
             self.reads.clear()
+
+    def _entry_done(self, eid: int, result: object) -> None:
+        """An entry this server proposed or forwarded was applied with `result`: its op is
+        done, or, for a batch, each op with its own command's result (RaftNode's _BatchWaiter;
+        here anything but one result per command is a failure of the state machine)."""
+        sim = self.sim
+        if eid < _BATCH_IDS:
+            sim.op_done(eid, self.sm.output(sim.ops[eid].kind, result))
+            return
+        op_ids = sim.batch_ops[eid]
+        if not isinstance(result, list) or len(result) != len(op_ids):
+            raise SimFailure(
+                f"node {self.id}: batch {eid} of {len(op_ids)} commands applied with result "
+                f"{result!r:.200}, not one result per command"
+            )
+        for op_id, res in zip(op_ids, result, strict=True):
+            sim.op_done(op_id, self.sm.output(sim.ops[op_id].kind, res))
 
     def _serve_reads(self) -> None:
         applied = self.sm.applied_index()
@@ -255,6 +297,8 @@ class SimResult:
     leaders: int
     sim_ms: int
     notes: list[str]
+    batches: int = 0  # batch entries made (two commands or more; refused ones too)
+    batched_ops: int = 0  # the client writes inside them
 
 
 @dataclass
@@ -338,6 +382,17 @@ class Simulation:
         for nid in founders:
             self.nodes[nid] = SimNode(self, nid, founders)
             self.nodes[nid].start()
+        # Batch entries, if the state machine accepts them: the share of client writes held at
+        # their server for up to `batch_wait` ms, to be proposed with the others held there.
+        # (Drawn last, and only then, so that a machine without batches replays as before.)
+        self.batch_rate = 0.0
+        self.batch_wait = 0
+        if self.nodes[founders[0]].sm.accepts_batches:
+            self.batch_rate = r.choice([0.0, 0.5, 0.9, 1.0])
+            self.batch_wait = r.choice([2, 10, 30])
+        self.batch_ids = itertools.count(_BATCH_IDS)
+        self.batch_ops: dict[int, list[int]] = {}  # batch id -> its ops, in command order
+        self.n_batched_ops = 0
 
     def raft_config(self, nid: NodeId) -> RaftConfig:
         return RaftConfig(
@@ -386,6 +441,8 @@ class Simulation:
             len(self.leaders_by_term),
             self.now,
             self.log_lines[-20:],
+            len(self.batch_ops),
+            self.n_batched_ops,
         )
 
     def _run_until(self, t_end: int) -> None:
@@ -752,9 +809,16 @@ class Simulation:
                 node.core.read_index(ctx)
                 node.reads[ctx] = op_id
             else:
-                data = _ENVELOPE.pack(op_id) + node.sm.command(
-                    kind, key, value if kind != "delete" else None, expected
-                )
+                command = node.sm.command(kind, key, value if kind != "delete" else None, expected)
+                if self.batch_rate and r.random() < self.batch_rate:
+                    # Held, like a proposal arriving while RaftNode's loop is busy; proposed
+                    # with the others held at this server by one flush.
+                    if not node.queue:
+                        self.at(r.randint(1, self.batch_wait), partial(self._flush, node))
+                    node.queue.append((op_id, command))
+                    self.at(CLIENT_TIMEOUT_MS, lambda: self._client_timeout(op_id))
+                    return
+                data = _ENVELOPE.pack(op_id) + command
                 if node.core.role is not Role.LEADER and r.random() < 0.5:
                     node.core.forward([data])  # like RaftNode on a follower
                     node.forwarded.add(op_id)
@@ -767,6 +831,54 @@ class Simulation:
             return
         node.process()
         self.at(CLIENT_TIMEOUT_MS, lambda: self._client_timeout(op_id))
+
+    def ops_of(self, eid: int) -> list[int]:
+        """The client ops an entry's envelope id stands for."""
+        return self.batch_ops[eid] if eid >= _BATCH_IDS else [eid]
+
+    def _flush(self, node: SimNode) -> None:
+        """Propose (or, on a follower, maybe forward) the writes held at `node` as RaftNode's
+        `_entry_data` does: consecutive commands up to BATCH_BYTES in one batch entry each, a
+        lone command as a plain entry; all entries in one call."""
+        if not node.alive or not node.queue:
+            return  # a crash failed them, or an earlier flush took them
+        queue, node.queue = node.queue, []
+        eids: list[int] = []
+        data: list[bytes] = []
+        i = 0
+        while i < len(queue):
+            j = i + 1
+            size = len(queue[i][1])
+            while j < len(queue) and size + len(queue[j][1]) <= BATCH_BYTES:
+                size += len(queue[j][1])
+                j += 1
+            if j == i + 1:
+                eid, payload = queue[i]
+            else:
+                eid = next(self.batch_ids)
+                self.batch_ops[eid] = [op_id for op_id, _ in queue[i:j]]
+                self.n_batched_ops += j - i
+                payload = pack_batch([command for _, command in queue[i:j]])
+            eids.append(eid)
+            data.append(_ENVELOPE.pack(eid) + payload)
+            i = j
+        forward = node.core.role is not Role.LEADER and self.rng.random() < 0.5
+        how = "forwards" if forward else "proposes"
+        self.log(f"node {node.id} {how} {len(queue)} held writes as {len(data)} entries")
+        try:
+            if forward:
+                node.core.forward(data)
+                node.forwarded.update(eids)
+            else:
+                first, term = node.core.propose(data)
+                for k, eid in enumerate(eids):
+                    node.pending[first + k] = Pending(eid, first + k, term)
+        except ProposalDropped as exc:
+            for op_id, _ in queue:
+                self.leader_guess[self.ops[op_id].client] = exc.leader
+                self._op_finish_retry(op_id, "failed")
+            return
+        node.process()
 
     def _op_finish_retry(self, op_id: int, state: str) -> None:
         op = self.ops[op_id]
