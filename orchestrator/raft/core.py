@@ -82,6 +82,7 @@ TRANSFER_CONTEXT = b"transfer"  # marks a campaign caused by leadership transfer
 DOWN_FIRST_TICKS = 2
 DOWN_STEP_TICKS = 2
 FORWARD_DEDUP_WINDOW = 8192  # forwarded proposals remembered per leadership, to drop duplicates
+FORWARD_DEDUP_BYTES = 16 * 1024 * 1024  # ... and at most this much of their data
 _EMPTY_HARD_STATE = HardState()
 _EMPTY_SNAPSHOT = SnapshotMeta()
 
@@ -162,6 +163,7 @@ class RaftCore:
         self.lead_transferee: NodeId = NONE
         self.leaving = False
         self.forwarded: dict[bytes, None] = {}  # recent forwarded data, oldest first
+        self.forwarded_bytes = 0  # the size of its keys
         self.pending_conf_index = 0
         self.reads: dict[bytes, _ReadRequest] = {}  # insertion order = request order
         self.pending_reads: list[tuple[bytes, NodeId]] = []  # waiting for a commit in our term
@@ -229,6 +231,7 @@ class RaftCore:
         self.lead_transferee = NONE
         self.leaving = False  # a removed leader handing over (see _hand_over)
         self.forwarded = {}
+        self.forwarded_bytes = 0
         self.reads.clear()
         self.pending_reads.clear()
         self._reset_prs()
@@ -550,9 +553,16 @@ class RaftCore:
                     if e.type is EntryType.NORMAL and e.data not in self.forwarded
                 ]
                 for d in fresh:
-                    self.forwarded[d] = None
-                while len(self.forwarded) > FORWARD_DEDUP_WINDOW:
-                    del self.forwarded[next(iter(self.forwarded))]
+                    if d not in self.forwarded:
+                        self.forwarded[d] = None
+                        self.forwarded_bytes += len(d)
+                while (
+                    len(self.forwarded) > FORWARD_DEDUP_WINDOW
+                    or self.forwarded_bytes > FORWARD_DEDUP_BYTES
+                ) and self.forwarded:
+                    oldest = next(iter(self.forwarded))
+                    del self.forwarded[oldest]
+                    self.forwarded_bytes -= len(oldest)
                 if fresh:
                     self.propose(fresh)
             return

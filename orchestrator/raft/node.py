@@ -139,6 +139,10 @@ class NodeConfig:
     heartbeat_tick: int = 1
     snapshot_every: int = 10_000  # applied entries between snapshots
     keep_tail: int = 5_000  # entries kept after a snapshot for slow followers
+    # The same two bounds in bytes of entry data: batch entries can be 256 KiB each, so counting
+    # entries alone would let the log (kept in memory too) grow to gigabytes.
+    snapshot_every_bytes: int = 64 * 1024 * 1024
+    keep_tail_bytes: int = 32 * 1024 * 1024
     max_inflight: int = 4  # appends in flight per follower; fewer, bigger batches cost less CPU
     seed: int | None = None
     faults: FaultInjector | None = None
@@ -289,6 +293,7 @@ class RaftNode:
         self._rid = itertools.count(int.from_bytes(os.urandom(7), "big"))
         self._waiters: dict[int, _Waiter] = {}  # request id -> waiter
         self._batches = False  # pack proposals that arrive together (see statemachine.py)
+        self._applied_bytes = 0  # entry data applied since the last snapshot
         self._by_index: dict[int, tuple[int, int]] = {}  # index -> (term, request id), leader only
         self._conf_waiters: dict[int, tuple[int, _Waiter]] = {}  # index -> (term, waiter)
         self.auto_promote: set[NodeId] = set()  # learners to promote once caught up
@@ -670,7 +675,12 @@ class RaftNode:
         core.advance(rd)
         for to in snaps_sent:
             core.report_snapshot(to, True)
-        if core.log.applied - self._snapshot.meta.index >= self.cfg.snapshot_every:
+        if rd.committed:
+            self._applied_bytes += sum(len(e.data) for e in rd.committed)
+        if (
+            core.log.applied - self._snapshot.meta.index >= self.cfg.snapshot_every
+            or self._applied_bytes >= self.cfg.snapshot_every_bytes
+        ):
             await self._take_snapshot()
         self._applied_event.set()
         self._applied_event = trio.Event()
@@ -868,9 +878,18 @@ class RaftNode:
             return
         meta = SnapshotMeta(index, term, core.conf)
         upto = max(core.log.offset, index - self.cfg.keep_tail)
+        # Fewer entries if those would hold more than keep_tail_bytes of data.
+        budget = self.cfg.keep_tail_bytes
+        log_ = core.log
+        for i in range(index, upto, -1):
+            budget -= len(log_.entries[i - log_.offset - 1].data)
+            if budget < 0:
+                upto = i
+                break
         await self._raft_db.run(self.storage.compact, Snapshot(meta), upto)
         core.compact(meta, upto)
         self._snapshot = Snapshot(meta)
+        self._applied_bytes = 0
         self._db_bytes = await self._raft_db.run(self.storage.size_bytes)
         log.info("node %d: snapshot at %d, log compacted to %d", self.id, index, upto)
 

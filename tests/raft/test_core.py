@@ -18,10 +18,13 @@ from typing import Any
 import pytest
 from harness import Cluster, StateMachine, describe_status, entries_of
 
+from orchestrator.raft import core as core_module
 from orchestrator.raft.core import TRANSFER_CONTEXT
 from orchestrator.raft.progress import ProgressState
 from orchestrator.raft.types import (
     ConfChangeType,
+    Entry,
+    EntryType,
     HardState,
     Message,
     MsgType,
@@ -1154,3 +1157,24 @@ def test_restart_from_snapshot_only_disk() -> None:
     assert c.nodes[3].disk.snapshot.meta == SnapshotMeta(4, 2, c[1].conf)
     c.restart(3)
     assert c[3].log.first_index() == 5
+
+
+# ---------------------------------------------------------------------------- forwarding
+def test_forwarded_duplicates_are_dropped_within_a_bounded_window(monkeypatch: Any) -> None:
+    monkeypatch.setattr(core_module, "FORWARD_DEDUP_BYTES", 3000)
+    c = elected(3, leader=1)
+    leader = c[1]
+    last = leader.log.last_index()
+    big = [bytes([i]) * 1000 for i in range(5)]
+    for data in big:
+        c[2].forward([data])
+    c.deliver_all()
+    assert leader.log.last_index() == last + 5
+    assert leader.forwarded_bytes <= 3000
+    assert list(leader.forwarded) == big[2:]  # the oldest went first
+    # A forward delivered again is dropped while remembered; once forgotten it would not be.
+    again = Message(
+        MsgType.PROP, 1, 2, leader.term, entries=[Entry(0, 0, EntryType.NORMAL, big[4])]
+    )
+    leader.step(again)
+    assert leader.log.last_index() == last + 5
