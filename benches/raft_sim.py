@@ -64,7 +64,8 @@ def main() -> int:
                 failed.append(seed)
                 print(err, file=sys.stderr)
                 print(
-                    f"replay: python benches/raft_sim.py --start {seed} --seeds 1 -v",
+                    f"replay: python benches/raft_sim.py --start {seed} --seeds 1"
+                    f" --machine {args.machine} -v",
                     file=sys.stderr,
                 )
     passed = len(seeds) - len(failed)

@@ -228,6 +228,11 @@ class _BatchWaiter(_Waiter):
         raise TypeError("a batch's commands are waited for one by one")
 
 
+def _proposals(w: _Waiter) -> int:
+    """How many proposals a waiter stands for (a batch's: one per command)."""
+    return len(w.waiters) if isinstance(w, _BatchWaiter) else 1
+
+
 # Payload bytes per batch entry: a few hundred commands of 1 KiB, well under the 1 MiB a message
 # carries, so one batch never holds up a follower's catch-up for long.
 _BATCH_BYTES = 256 * 1024
@@ -717,7 +722,9 @@ class RaftNode:
         await self._set_peers(peers)
         # Whatever we proposed may be inside the snapshot or not: we cannot tell any more.
         err = OutcomeUnknown("this server caught up by snapshot; outcome unknown")
-        metrics.RAFT_PROPOSALS_FAILED.inc(len(self._waiters) + len(self._conf_waiters))
+        metrics.RAFT_PROPOSALS_FAILED.inc(
+            sum(_proposals(w) for w in self._waiters.values()) + len(self._conf_waiters)
+        )
         self._commit_clock.clear()
         for w in self._waiters.values():
             w.fail(err)
@@ -812,7 +819,7 @@ class RaftNode:
                 w = self._waiters.pop(expected[1], None)
                 if w is not None:
                     w.fail(ProposalLost(f"entry {e.index} was overwritten by term {e.term}"))
-                    metrics.RAFT_PROPOSALS_FAILED.inc()
+                    metrics.RAFT_PROPOSALS_FAILED.inc(_proposals(w))
         if peers_changed:
             await self._set_peers(peers)
 
