@@ -141,8 +141,8 @@ class NodeConfig:
     keep_tail: int = 5_000  # entries kept after a snapshot for slow followers
     # The same two bounds in bytes of entry data: batch entries can be 256 KiB each, so counting
     # entries alone would let the log (kept in memory too) grow to gigabytes.
-    snapshot_every_bytes: int = 64 * 1024 * 1024
-    keep_tail_bytes: int = 32 * 1024 * 1024
+    snapshot_every_bytes: int = 32 * 1024 * 1024
+    keep_tail_bytes: int = 16 * 1024 * 1024
     max_inflight: int = 4  # appends in flight per follower; fewer, bigger batches cost less CPU
     seed: int | None = None
     faults: FaultInjector | None = None
