@@ -197,7 +197,16 @@ def test_merge_patch_roundtrip(original: dict[str, Any], modified: dict[str, Any
 def test_merge_patch_sharing_the_document_gives_the_same_result_and_leaves_it_alone(
     doc: dict[str, Any], patch: dict[str, Any]
 ) -> None:
-    before = copy.deepcopy(doc)
+    before, patch_before = copy.deepcopy(doc), copy.deepcopy(patch)
     shared = apply_merge_patch(doc, patch, share=True)
     assert shared == apply_merge_patch(before, patch)
     assert doc == before
+    assert patch == patch_before
+
+
+def test_merge_patch_sharing_takes_the_patch_values_as_they_are() -> None:
+    items = [1, 2]
+    shared = apply_merge_patch({"a": {"b": 1}}, {"a": {"items": items}}, share=True)
+    assert shared == {"a": {"b": 1, "items": [1, 2]}}
+    assert shared["a"]["items"] is items
+    assert apply_merge_patch({}, {"items": items})["items"] is not items

@@ -380,6 +380,10 @@ def _field_members(
 ) -> dict[Path, Member]:
     """The (not ignored) members a granular map's field `key` with `value` contributes."""
     found = member_of_field(value, key, schema, sub)
+    if not ignored and sub[0] != "f:metadata" and not _is_ignored(sub, subresource, ignored):
+        # `_is_ignored` reads only a path's first element (and the second under metadata) and
+        # the `ignored` prefixes, so under a kept field outside metadata nothing is ignored.
+        return found
     return {p: m for p, m in found.items() if not _is_ignored(p, subresource, ignored)}
 
 

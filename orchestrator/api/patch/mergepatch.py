@@ -22,7 +22,7 @@ __all__ = ["apply_merge_patch", "create_merge_patch"]
 
 def _merge(target: Any, patch: Any, share: bool) -> Any:
     if not isinstance(patch, dict):
-        return copy_json(patch)
+        return patch if share else copy_json(patch)
     if not isinstance(target, dict):
         target = {}
     out = dict(target) if share else copy_json(target)
@@ -36,8 +36,9 @@ def _merge(target: Any, patch: Any, share: bool) -> Any:
 
 def apply_merge_patch(doc: Any, patch: Any, *, share: bool = False) -> dict[str, Any]:
     """Apply the merge patch `patch` (a JSON object) to `doc`; returns a new document (`doc` is
-    never modified). `share=True`: the parts of `doc` the patch does not touch are shared with
-    the result instead of copied — for a caller that only reads the result."""
+    never modified). `share=True`: the parts of `doc` the patch does not touch, and the values
+    the patch sets, are shared with the result instead of copied — for a caller that only reads
+    the result."""
     if not isinstance(patch, dict):
         raise bad_request("merge patch must be a JSON object")
     try:
