@@ -73,23 +73,23 @@ class Member(NamedTuple):
 
 
 def encode_fields_v1(fields: FieldSet) -> dict[str, Any]:
-    """The FieldsV1 JSON tree of a field set (keys sorted, `"."` for members with children)."""
+    """The FieldsV1 JSON tree of a field set (keys sorted, `"."` for members with children).
+
+    One pass over the paths in sorted order: a parent sorts before its descendants and
+    siblings in key order, so every node's keys arrive sorted, and a member still empty when
+    a descendant arrives gets its `"."` first (it sorts before every path element)."""
     tree: dict[str, Any] = {}
-    members: set[Path] = set(fields)
-    for path in fields:
+    for path in sorted(fields):
         node = tree
-        for element in path:
-            node = node.setdefault(element, {})
-
-    def finish(node: dict[str, Any], prefix: Path) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if node and prefix in members:
-            out["."] = {}
-        for element in sorted(node):
-            out[element] = finish(node[element], (*prefix, element))
-        return out
-
-    return finish(tree, ())
+        for element in path[:-1]:
+            child = node.get(element)
+            if child is None:
+                child = node[element] = {}
+            elif not child:
+                child["."] = {}  # a member with members under it
+            node = child
+        node.setdefault(path[-1], {})
+    return tree
 
 
 def _canonical_element(element: str) -> str:
