@@ -25,6 +25,7 @@ reason other than compaction, so the client re-watches from its last resourceVer
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
@@ -57,7 +58,8 @@ class _Decoded:
 
     def __init__(self, size: int = DECODED_CACHE_SIZE) -> None:
         self.size = size
-        self._objs: dict[tuple[str, int], Obj] = {}
+        # Ordered: evicting the oldest of a plain dict scans the entries deleted before it.
+        self._objs: OrderedDict[tuple[str, int], Obj] = OrderedDict()
 
     def get(self, kv: Any) -> Obj:
         ident = (kv.key, kv.mod_revision)
@@ -65,7 +67,7 @@ class _Decoded:
         if obj is None:
             obj = self._objs[ident] = _decode(kv.value, kv.mod_revision)
             if len(self._objs) > self.size:
-                del self._objs[next(iter(self._objs))]
+                self._objs.popitem(last=False)
         return obj
 
 

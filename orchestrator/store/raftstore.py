@@ -27,7 +27,7 @@ import itertools
 import logging
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -217,7 +217,7 @@ class RaftStore:
         self._reads: trio.MemorySendChannel[_Read] | None = None  # while `_reader` runs
         # key -> its live value after the latest applied write to it (None: deleted), oldest
         # write first; bounded by the bytes of the values (`_remember`).
-        self._recent: dict[str, KeyValue | None] = {}
+        self._recent: OrderedDict[str, KeyValue | None] = OrderedDict()
         self._recent_bytes = 0
         node.on_apply = self._on_apply
         node.on_snapshot = self._on_snapshot
@@ -236,7 +236,7 @@ class RaftStore:
             else:
                 recent[kv.key] = None
         while size > RECENT_BYTES or len(recent) > RECENT_KEYS:
-            old = recent.pop(next(iter(recent)))
+            old = recent.popitem(last=False)[1]
             if old is not None:
                 size -= len(old.value)
         self._recent_bytes = size
