@@ -789,27 +789,38 @@ class Api:
             raise errors.invalid(
                 "Binding", "", name, [Cause("target.name", "Required value", "FieldValueRequired")]
             )
+        fresh = False  # as in `_guaranteed_update`: a local read first, refusals on the latest
         for _ in range(MAX_UPDATE_ATTEMPTS):
-            live = await self.objects.get(kind, ns, name)
+            try:
+                live = await self.objects.get(kind, ns, name, stale_ok=not fresh)
+            except ApiError:
+                if fresh:
+                    raise
+                fresh = True
+                continue
+            refusal = None
             if live["metadata"].get("deletionTimestamp"):
-                raise errors.conflict(
-                    kind.plural, "", name, "pod is being deleted, cannot be assigned to a host"
-                )
-            current = (live.get("spec") or {}).get("nodeName")
-            if current:
-                raise errors.conflict(
-                    kind.plural, "", name, f'pod {name} is already assigned to node "{current}"'
-                )
-            live.setdefault("spec", {})["nodeName"] = node
-            if call.opts.dry_run:
+                refusal = "pod is being deleted, cannot be assigned to a host"
+            elif current := (live.get("spec") or {}).get("nodeName"):
+                refusal = f'pod {name} is already assigned to node "{current}"'
+            if refusal is not None or call.opts.dry_run:
+                if not fresh:
+                    fresh = True
+                    continue
+                if refusal is not None:
+                    raise errors.conflict(kind.plural, "", name, refusal)
                 break
+            live.setdefault("spec", {})["nodeName"] = node
             try:
                 await self.objects.update(kind, live, _rv(live))
             except ApiError as exc:
                 if exc.code == 409 and exc.reason == "Conflict":
+                    fresh = True
                     continue
                 raise
             break
+        else:
+            raise errors.conflict(kind.plural, "", name, "too many concurrent writers")
         return {
             "kind": "Status",
             "apiVersion": "v1",

@@ -13,7 +13,7 @@ from orchestrator.api.auth.authn import User
 from orchestrator.api.errors import ApiError
 from orchestrator.api.storage import ObjectStore
 from orchestrator.client import JSON_PATCH
-from orchestrator.client.resource import ResourceInfo
+from orchestrator.client.resource import PODS, ResourceInfo
 from orchestrator.controllers.runtime.client import InProcessClient
 
 CONFIGMAPS = ResourceInfo(
@@ -93,4 +93,32 @@ async def test_stale_local_reads_never_decide_an_update() -> None:
         with pytest.raises(ApiError) as err:
             await client.update(CONFIGMAPS, live)  # its resourceVersion is now old
         assert err.value.code == 409
+        assert lagging.reads["stale"] > 0
+
+
+async def test_stale_local_reads_never_decide_a_binding() -> None:
+    async with api_server(tls=False, controllers=False) as h:
+        assert h.server.api is not None
+        api = h.server.api.api
+        lagging = LaggingReads(api.objects)
+        api.objects = lagging
+        client = InProcessClient(api, ADMIN, field_manager="test")
+        pod = {
+            "metadata": {"name": "q", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }
+        await client.create(PODS, pod, "default")
+        await client.patch(PODS, "q", {"metadata": {"labels": {"a": "b"}}}, namespace="default")
+        # The local read misses the label: binding that copy fails its compare-and-swap, and
+        # the binding made on the latest state keeps the label.
+        await client.bind(pod, "n1")
+        live = await client.get(PODS, "q", "default")
+        assert live["spec"]["nodeName"] == "n1"
+        assert live["metadata"]["labels"] == {"a": "b"}
+        # The local read now says unassigned; the latest state refuses a second binding.
+        with pytest.raises(ApiError) as err:
+            await client.bind(pod, "n2")
+        assert err.value.code == 409
+        assert "already assigned" in str(err.value)
+        assert (await client.get(PODS, "q", "default"))["spec"]["nodeName"] == "n1"
         assert lagging.reads["stale"] > 0
