@@ -34,6 +34,8 @@ import json
 from collections.abc import Collection, Iterable
 from typing import Any
 
+import msgpack
+
 from ..errors import ApiError, bad_request
 from ._util import (
     Schema,
@@ -332,7 +334,7 @@ def _diff_members(
 
 
 CREATED_CACHE_SIZE = 256
-_created: dict[tuple[int, str, str, str], tuple[Schema, FieldSet, dict[str, Any]]] = {}
+_created: dict[tuple[int, str, str, bytes], tuple[Schema, FieldSet, dict[str, Any]]] = {}
 
 
 def _created_fields(
@@ -340,16 +342,18 @@ def _created_fields(
 ) -> tuple[FieldSet, dict[str, Any]]:
     """Every (not ignored) member of `new` — what a create owns — and its FieldsV1 tree.
 
-    Memoized by the canonical JSON of what the members depend on: the object less its ignored
-    parts (apiVersion, kind, status, server-owned metadata, with whether metadata was empty,
-    which decides its own membership), with the schema, subresource and ignored prefixes.
-    Objects a controller creates from one template differ only in ignored metadata (name,
-    uid, creationTimestamp), so they are walked and encoded once."""
+    Memoized by the msgpack encoding of what the members depend on: the object less its
+    ignored parts (apiVersion, kind, status, server-owned metadata, with whether metadata was
+    empty, which decides its own membership), with the schema, subresource and ignored
+    prefixes. msgpack keeps JSON's types apart (bools, ints, floats), so equal bytes mean equal
+    values; it is several times cheaper than canonical JSON, and the one thing it adds, key
+    order, only costs a miss. Objects a controller creates from one template differ only in
+    ignored metadata (name, uid, creationTimestamp), so they are walked and encoded once."""
     try:
-        text: str | None = canonical(_created_key(new, subresource))
-    except (TypeError, ValueError, RecursionError):
+        text: bytes | None = msgpack.packb(_created_key(new, subresource))
+    except (TypeError, ValueError, OverflowError, RecursionError):
         text = None
-    ident = (id(schema), subresource, repr(tuple(ignored)), text or "")
+    ident = (id(schema), subresource, repr(tuple(ignored)), text or b"")
     hit = _created.get(ident) if text is not None else None
     if hit is not None and hit[0] is schema:
         return hit[1], hit[2]
