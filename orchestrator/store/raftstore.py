@@ -76,6 +76,7 @@ T = TypeVar("T")
 # The recently written values kept for local reads (see the module doc): a few thousand objects.
 RECENT_BYTES = 8 * 1024 * 1024
 RECENT_KEYS = 16384
+_UNKNOWN = object()  # a key the recent values do not know
 
 
 class _Expired(Exception):
@@ -469,9 +470,11 @@ class RaftStore:
     async def get(
         self, key: str, *, revision: int = 0, linearizable: bool = True
     ) -> KeyValue | None:
-        if not linearizable and not revision and key in self._recent:
-            await trio.lowlevel.checkpoint()  # a read is a checkpoint either way
-            return self._recent[key]
+        if not linearizable and not revision:
+            recent = self._recent.get(key, _UNKNOWN)
+            if recent is not _UNKNOWN:
+                await trio.lowlevel.checkpoint()  # a read is a checkpoint either way
+                return recent  # type: ignore[return-value]
         return await self._read(linearizable, self.mvcc.get, key, revision)
 
     async def list(
