@@ -4,6 +4,8 @@ read from a snapshot taken before the latest write, as a lagging follower would.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -45,13 +47,19 @@ class LaggingReads(ObjectStore):
         return await super().update(kind, obj, expected_rv)
 
 
-async def test_stale_local_reads_never_decide_an_update() -> None:
+@asynccontextmanager
+async def lagging_api() -> AsyncIterator[tuple[InProcessClient, LaggingReads]]:
+    """An in-process API server whose local reads lag one write, and a client of it."""
     async with api_server(tls=False, controllers=False) as h:
         assert h.server.api is not None
         api = h.server.api.api
         lagging = LaggingReads(api.objects)
         api.objects = lagging
-        client = InProcessClient(api, ADMIN, field_manager="test")
+        yield InProcessClient(api, ADMIN, field_manager="test"), lagging
+
+
+async def test_stale_local_reads_never_decide_an_update() -> None:
+    async with lagging_api() as (client, lagging):
         cm = {"metadata": {"name": "c", "namespace": "default"}, "data": {"k": "1"}}
         await client.create(CONFIGMAPS, cm, "default")
         await client.patch(CONFIGMAPS, "c", {"data": {"k": "2"}}, namespace="default")
@@ -97,12 +105,7 @@ async def test_stale_local_reads_never_decide_an_update() -> None:
 
 
 async def test_stale_local_reads_never_decide_a_binding() -> None:
-    async with api_server(tls=False, controllers=False) as h:
-        assert h.server.api is not None
-        api = h.server.api.api
-        lagging = LaggingReads(api.objects)
-        api.objects = lagging
-        client = InProcessClient(api, ADMIN, field_manager="test")
+    async with lagging_api() as (client, lagging):
         pod = {
             "metadata": {"name": "q", "namespace": "default"},
             "spec": {"containers": [{"name": "c", "image": "i"}]},

@@ -9,13 +9,11 @@ work from any server.
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
+from storekit import raft_stores
 
 from orchestrator.api.auth.authn import User
 from orchestrator.api.errors import ApiError
@@ -23,46 +21,10 @@ from orchestrator.api.resources import Api
 from orchestrator.api.schema.builtin import builtin_registry
 from orchestrator.api.storage import ObjectStore
 from orchestrator.controllers.runtime.client import NAMESPACES, InProcessClient
-from orchestrator.raft.node import NodeConfig, RaftNode
-from orchestrator.server import open_store
 from orchestrator.store.fencing import Fenced, current_fence, fenced
 from orchestrator.store.raftstore import RaftStore
 
 CONTROLLER = User("system:kube-controller-manager", ("system:authenticated",))
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-@asynccontextmanager
-async def three_stores(root: Path) -> AsyncIterator[dict[int, RaftStore]]:
-    ports = free_ports(3)
-    founders = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
-    stores: dict[int, RaftStore] = {}
-    for nid, addr in founders.items():
-        cfg = NodeConfig(
-            node_id=nid,
-            data_dir=root / str(nid),
-            peer_listen=addr,
-            founders=founders,
-            tick_interval=0.02,
-            seed=nid,
-        )
-        node = RaftNode(cfg, lambda d: open_store(d, quota_bytes=2**30))
-        stores[nid] = RaftStore(node, quorum_timeout=3.0)
-    async with trio.open_nursery() as nursery:
-        for s in stores.values():
-            await nursery.start(s.run)
-        yield stores
-        nursery.cancel_scope.cancel()
 
 
 async def leader_of(stores: dict[int, RaftStore], *, other_than: int = 0) -> int:
@@ -83,7 +45,7 @@ def test_fenced_is_a_no_op_without_a_term() -> None:
 
 async def test_a_deposed_leaders_fenced_writes_fail(tmp_path: Path) -> None:
     with trio.fail_after(60):
-        async with three_stores(tmp_path) as stores:
+        async with raft_stores(tmp_path, 3) as stores:
             old = await leader_of(stores)
             is_leader, term = stores[old].node.leadership()
             assert is_leader

@@ -13,11 +13,8 @@ Real clock (loopback TCP): conditions are polled under `trio.fail_after`, never 
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 import struct
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +22,10 @@ from typing import Any
 import msgpack
 import pytest
 import trio
+from storekit import raft_stores
 
-from orchestrator.raft.node import _BATCH_BYTES, NodeConfig, RaftNode
+from orchestrator.raft.node import _BATCH_BYTES
 from orchestrator.raft.statemachine import BATCH_TAG, unpack_batch
-from orchestrator.server import open_store
 from orchestrator.store.raftstore import RaftStore
 from orchestrator.store.types import (
     Event,
@@ -41,41 +38,6 @@ from orchestrator.store.types import (
 )
 
 ENVELOPE = struct.Struct("!QQ")  # origin node id, request id (raft/node.py)
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-@asynccontextmanager
-async def cluster(root: Path, size: int) -> AsyncIterator[dict[int, RaftStore]]:
-    """`size` servers (each a RaftNode running the MVCC store, under a RaftStore), started;
-    cancelled on exit."""
-    founders = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(free_ports(size))}
-    stores: dict[int, RaftStore] = {}
-    for nid, addr in founders.items():
-        cfg = NodeConfig(
-            node_id=nid,
-            data_dir=root / str(nid),
-            peer_listen=addr,
-            founders=founders,
-            tick_interval=0.02,
-            seed=nid,
-        )
-        node = RaftNode(cfg, lambda d: open_store(d, quota_bytes=2**30))
-        stores[nid] = RaftStore(node, quorum_timeout=3.0)
-    async with trio.open_nursery() as nursery:
-        for s in stores.values():
-            await nursery.start(s.run)
-        yield stores
-        nursery.cancel_scope.cancel()
 
 
 async def leader_of(stores: dict[int, RaftStore]) -> int:
@@ -140,7 +102,7 @@ async def test_concurrent_writes_become_batches(tmp_path: Path, size: int) -> No
     n = 200
     value = b"v" * 3000  # 200 x ~3 KiB: more than one batch's worth (_BATCH_BYTES)
     with trio.fail_after(20):
-        async with cluster(tmp_path, size) as stores:
+        async with raft_stores(tmp_path, size) as stores:
             lead = await leader_of(stores)
             store = stores[lead]
             results: dict[int, KeyValue] = {}
@@ -182,7 +144,7 @@ async def test_concurrent_writes_become_batches(tmp_path: Path, size: int) -> No
 
 async def test_a_conflict_in_a_batch_fails_only_its_write(tmp_path: Path) -> None:
     with trio.fail_after(20):
-        async with cluster(tmp_path, 3) as stores:
+        async with raft_stores(tmp_path, 3) as stores:
             lead = await leader_of(stores)
             store = stores[lead]
             await store.create("/c/taken", b"0")
@@ -231,7 +193,7 @@ async def test_a_conflict_in_a_batch_fails_only_its_write(tmp_path: Path) -> Non
 async def test_writes_through_a_follower_are_forwarded_as_batches(tmp_path: Path) -> None:
     n = 150
     with trio.fail_after(20):
-        async with cluster(tmp_path, 3) as stores:
+        async with raft_stores(tmp_path, 3) as stores:
             lead = await leader_of(stores)
             follower = next(nid for nid in stores if nid != lead)
             store = stores[follower]
@@ -275,7 +237,7 @@ async def test_a_watcher_sees_every_revision_once_in_order(tmp_path: Path, watch
     n = 200
     keys = [f"/w/{i}" for i in range(7)]
     with trio.fail_after(20):
-        async with cluster(tmp_path, 3) as stores:
+        async with raft_stores(tmp_path, 3) as stores:
             lead = await leader_of(stores)
             watched = lead if watch_on == "leader" else next(i for i in stores if i != lead)
             start = await stores[lead].current_revision() + 1
@@ -329,7 +291,7 @@ async def test_writes_across_a_leadership_transfer_apply_once(tmp_path: Path) ->
     a double application."""
     n = 240
     with trio.fail_after(30):
-        async with cluster(tmp_path, 3) as stores:
+        async with raft_stores(tmp_path, 3) as stores:
             lead = await leader_of(stores)
             target = next(nid for nid in stores if nid != lead)
             results: dict[int, KeyValue] = {}

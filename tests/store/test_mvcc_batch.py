@@ -23,10 +23,10 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_mvcc import Node
 
 from orchestrator.raft.statemachine import BATCH_TAG, pack_batch, unpack_batch
 from orchestrator.raft.types import ConfChange, ConfChangeType, Entry, EntryType
-from orchestrator.store.mvcc import MVCCStore
 from orchestrator.store.types import (
     Compare,
     CompareTarget,
@@ -50,14 +50,9 @@ from orchestrator.store.types import (
 )
 
 
-class Log:
-    """A store plus the next log index; `entry(data)` makes the next NORMAL entry."""
-
-    def __init__(self, path: Path, **kwargs: Any) -> None:
-        self.path = path
-        self.kwargs = kwargs
-        self.store = MVCCStore(path, **kwargs)
-        self.index = self.store.applied_index()
+class Log(Node):
+    """`Node` (test_mvcc's store plus next log index) with batches: `entry(data)` makes the next
+    entry, `batch(*commands)` applies one batch entry, `plain` the commands unbatched."""
 
     def entry(self, data: bytes, etype: EntryType = EntryType.NORMAL) -> Entry:
         self.index += 1
@@ -67,17 +62,7 @@ class Log:
         """Apply one batch entry holding `commands`; its result."""
         return self.store.apply([self.entry(pack_batch(commands))])[0]
 
-    def plain(self, *commands: bytes) -> list[Any]:
-        """Apply `commands` as consecutive unbatched entries; their results."""
-        return self.store.apply([self.entry(c) for c in commands])
-
-    def reopen(self) -> None:
-        self.store.close()
-        self.store = MVCCStore(self.path, **self.kwargs)
-        assert self.store.applied_index() == self.index
-
-    def close(self) -> None:
-        self.store.close()
+    plain = Node.apply  # the commands as consecutive unbatched entries; their results
 
 
 @pytest.fixture
