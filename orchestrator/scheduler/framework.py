@@ -28,7 +28,11 @@ the node and in its zone, as upstream's SelectorSpread), NodeResourcesFit (1, Le
 NodeResourcesBalancedAllocation (1).
 
 Cost per pod: O(visited nodes * relevant checks) for filtering and O(feasible nodes * score
-plugins) for scoring, all on precomputed numbers; nothing iterates over the cluster's pods.
+plugins) for scoring, all on precomputed numbers; nothing iterates over the cluster's pods. With
+the default plugins and every node visited (clusters up to 100 nodes), each node's verdict and
+resource scores for a pod shape (requests, tolerations) are memoized on the node until the node
+changes (`Framework._filter_memo`): a workload's next pod recomputes only the node its
+predecessor went to.
 
 `Decision.message` is the FailedScheduling text, built like upstream's `FitError`:
 "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node
@@ -436,7 +440,7 @@ class LeastAllocated:
 
     name: str = "NodeResourcesFit"
 
-    def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None:
+    def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int]:
         cpu, memory = pod.nonzero_cpu, pod.nonzero_memory
         out = []
         for n in nodes:
@@ -487,13 +491,18 @@ DEFAULT_FILTERS: Final[tuple[FilterPlugin, ...]] = (
     NodePorts(),
     NodeResourcesFit(),
 )
+_LEAST_ALLOCATED: Final = LeastAllocated()
+_BALANCED: Final = BalancedAllocation()
 DEFAULT_SCORES: Final[tuple[tuple[ScorePlugin, int], ...]] = (
     (TaintTolerationScore(), 3),
     (NodeAffinityScore(), 2),
     (OwnerSpread(), 2),
-    (LeastAllocated(), 1),
-    (BalancedAllocation(), 1),
+    (_LEAST_ALLOCATED, 1),
+    (_BALANCED, 1),
 )
+# Keys kept in one node's memo (`Framework._filter_memo`); a cluster's pods rarely come in more
+# shapes than this, and past it the memo starts over.
+MEMO_KEYS: Final = 64
 
 
 # --- the cycle -----------------------------------------------------------------------------------
@@ -579,12 +588,17 @@ class Framework:
                 return Decision(None, {}, len(nodes), None, str(exc))
         if not nodes:
             return Decision(None, {}, 0, info)
-        feasible, reasons = self._filter(info, cache, nodes)
+        key = self._memo_key(info, len(nodes))
+        resource = None
+        if key is None:
+            feasible, reasons = self._filter(info, cache, nodes)
+        else:
+            feasible, reasons, resource = self._filter_memo(info, key, cache, nodes)
         if not feasible:
             return Decision(None, reasons, len(nodes), info)
         if len(feasible) == 1:
             return Decision(feasible[0].name, reasons, len(nodes), info)
-        totals = self._score(info, feasible)
+        totals = self._score(info, feasible, resource)
         best = max(totals)
         winners = [i for i, total in enumerate(totals) if total == best]
         pick = winners[0] if len(winners) == 1 else winners[rng.randrange(len(winners))]
@@ -616,9 +630,75 @@ class Framework:
         cache.next_start_index = (start + visited) % count
         return feasible, reasons
 
-    def _score(self, pod: PodInfo, nodes: list[NodeInfo]) -> list[int]:
-        totals = [0] * len(nodes)
+    def _memo_key(self, pod: PodInfo, count: int) -> tuple[Any, ...] | None:
+        """What the default filters and resource scores read of `pod`, as the key of the per-node
+        memo (`_filter_memo`); None when the memo does not apply: other plugins, a search that
+        stops short of all nodes, or filters that read more of the pod (its node name, node
+        affinity, host ports)."""
+        if (
+            self.filters is not DEFAULT_FILTERS
+            or self.scores is not DEFAULT_SCORES
+            or pod.node_name
+            or pod.required is not None
+            or pod.host_ports
+            or num_feasible_nodes_to_find(count, self.percentage_of_nodes_to_score) < count
+        ):
+            return None
+        scalar = tuple(sorted(pod.scalar.items())) if pod.scalar else ()
+        return (
+            pod.cpu,
+            pod.memory,
+            pod.ephemeral,
+            scalar,
+            pod.nonzero_cpu,
+            pod.nonzero_memory,
+            pod.tolerations,
+        )
+
+    def _filter_memo(
+        self, pod: PodInfo, key: tuple[Any, ...], cache: SchedulerCache, nodes: list[NodeInfo]
+    ) -> tuple[list[NodeInfo], dict[str, Reasons], list[int]]:
+        """`_filter` when it visits every node (the memo's condition), plus the feasible nodes'
+        LeastAllocated + BalancedAllocation scores (both weight 1).
+
+        Why: a node's verdict and those two scores depend only on the node's state and on `key`
+        (a pod's requests and tolerations), and between two pods of one workload only the node
+        the first went to changes. So each node keeps them in `NodeInfo.memo` under `key`, valid
+        while `NodeInfo.version` (bumped by every change to the node) is the one they were
+        computed at; a scheduling cycle recomputes the nodes that changed and reads the rest.
+        Same nodes, order, reasons and scores as `_filter` and the plugins (tested)."""
+        count = len(nodes)
+        start = cache.next_start_index % count
+        checks: list[NodeFilter] | None = None
+        feasible: list[NodeInfo] = []
+        reasons: dict[str, Reasons] = {}
+        resource: list[int] = []
+        for n in nodes[start:] + nodes[:start] if start else nodes:
+            memo = n.memo.get(key)
+            if memo is None or memo[0] != n.version:
+                if checks is None:
+                    checks = [f for f in (p.prepare(pod) for p in self.filters) if f is not None]
+                memo = _verdict(pod, n, checks)
+                if len(n.memo) >= MEMO_KEYS:
+                    n.memo.clear()
+                n.memo[key] = memo
+            if memo[1]:
+                reasons[n.name] = memo[1]
+            else:
+                feasible.append(n)
+                resource.append(memo[2])
+        # Every node was visited: the next search starts where this one did, (start + count).
+        cache.next_start_index = start
+        return feasible, reasons, resource
+
+    def _score(
+        self, pod: PodInfo, nodes: list[NodeInfo], resource: list[int] | None = None
+    ) -> list[int]:
+        """Weighted totals per node; `resource`: the resource scores already summed (memo)."""
+        totals = [0] * len(nodes) if resource is None else resource
         for plugin, weight in self.scores:
+            if resource is not None and (plugin is _LEAST_ALLOCATED or plugin is _BALANCED):
+                continue
             scores = plugin.score(pod, nodes)
             if scores is None:
                 continue
@@ -627,6 +707,17 @@ class Framework:
             else:
                 totals = [t + weight * s for t, s in zip(totals, scores, strict=True)]
         return totals
+
+
+def _verdict(pod: PodInfo, node: NodeInfo, checks: list[NodeFilter]) -> tuple[int, Reasons, int]:
+    """(node version, why the checks reject the node or `()`, its resource score if feasible)."""
+    found: dict[str, Reasons] = {}
+    for run in checks:
+        if not run([node], found):
+            return node.version, found[node.name], 0
+    score = _LEAST_ALLOCATED.score(pod, [node])[0]
+    balanced = _BALANCED.score(pod, [node])  # None for a best-effort pod
+    return node.version, _OK, score if balanced is None else score + balanced[0]
 
 
 DEFAULT_FRAMEWORK: Final = Framework()

@@ -438,6 +438,7 @@ class NodeInfo:
         "ephemeral",
         "hard_taints",
         "labels",
+        "memo",
         "memory",
         "name",
         "node",
@@ -451,6 +452,7 @@ class NodeInfo:
         "scalar",
         "soft_taints",
         "unschedulable",
+        "version",
         "zone",
     )
 
@@ -477,9 +479,15 @@ class NodeInfo:
     ports: dict[tuple[str, int], dict[str, int]]
     owners: dict[str, int]
     pods: dict[str, PodInfo]
+    version: int
+    memo: dict[Any, Any]
 
     def __init__(self, name: str) -> None:
         self.name = name
+        # Bumped by every change below (facts or counted pods): what the framework memoizes
+        # per node (`memo`, its own) is valid only while the version it was computed at holds.
+        self.version = 0
+        self.memo = {}
         self.node = None
         self.labels = _EMPTY
         self.alloc_cpu = self.alloc_memory = self.alloc_ephemeral = self.alloc_pods = 0
@@ -503,6 +511,7 @@ class NodeInfo:
     def set_node(self, node: Obj | None) -> bool:
         """Recompute the static facts; True when anything the scheduler looks at changed."""
         before = self._facts()
+        self.version += 1
         self.node = node
         if node is None:
             self.labels = _EMPTY
@@ -553,6 +562,7 @@ class NodeInfo:
 
     def add_pod(self, pod: PodInfo) -> None:
         """Count `pod` on this node (the caller guarantees it is not counted yet)."""
+        self.version += 1
         self.pods[pod.key] = pod
         self.pod_count += 1
         self.cpu += pod.cpu
@@ -573,6 +583,7 @@ class NodeInfo:
         pod = self.pods.pop(key, None)
         if pod is None:
             return None
+        self.version += 1
         self.pod_count -= 1
         self.cpu -= pod.cpu
         self.memory -= pod.memory
