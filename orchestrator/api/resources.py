@@ -172,7 +172,7 @@ class Api:
         ns_kind = self.registry.by_resource("", "v1", "namespaces")
         assert ns_kind is not None
         try:
-            live = await self.objects.get(ns_kind, "", ns, stale_ok=True)
+            live = await self.objects.get_shared(ns_kind, "", ns, stale_ok=True)  # only read
         except ApiError as exc:
             if exc.code == 404:
                 raise errors.not_found("namespaces", "", ns) from None
@@ -792,7 +792,9 @@ class Api:
         fresh = False  # as in `_guaranteed_update`: a local read first, refusals on the latest
         for _ in range(MAX_UPDATE_ATTEMPTS):
             try:
-                live = await self.objects.get(kind, ns, name, stale_ok=not fresh)
+                # Shared (not modified below, nor returned): usually the object the scheduler's
+                # informer was handed, so a bind does not decode the pod again.
+                live = await self.objects.get_shared(kind, ns, name, stale_ok=not fresh)
             except ApiError:
                 if fresh:
                     raise
@@ -810,9 +812,9 @@ class Api:
                 if refusal is not None:
                     raise errors.conflict(kind.plural, "", name, refusal)
                 break
-            live.setdefault("spec", {})["nodeName"] = node
+            bound = {**live, "spec": {**(live.get("spec") or {}), "nodeName": node}}
             try:
-                await self.objects.update(kind, live, _rv(live))
+                await self.objects.update(kind, bound, _rv(live))
             except ApiError as exc:
                 if exc.code == 409 and exc.reason == "Conflict":
                     fresh = True

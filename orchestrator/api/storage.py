@@ -13,6 +13,7 @@ failures surface as Status errors (409, 410, 413, 429/503, 504), never as a 500.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import msgpack
@@ -48,17 +49,42 @@ def encode(obj: Obj) -> bytes:
     return data
 
 
-def decode(kv: st.KeyValue) -> Obj:
-    obj: Obj = msgpack.unpackb(kv.value, raw=False)
-    obj.setdefault("metadata", {})["resourceVersion"] = str(kv.mod_revision)
+def decode_value(value: bytes, revision: int) -> Obj:
+    """A stored value as an object of its own, carrying `revision` as its resourceVersion."""
+    obj: Obj = msgpack.unpackb(value, raw=False)
+    obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
     return obj
+
+
+def decode(kv: st.KeyValue) -> Obj:
+    return decode_value(kv.value, kv.mod_revision)
 
 
 def decode_prev(kv: st.KeyValue, revision: int) -> Obj:
     """The last state of a deleted object, carrying the deleting revision (as watch DELETED)."""
-    obj: Obj = msgpack.unpackb(kv.value, raw=False)
-    obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
-    return obj
+    return decode_value(kv.value, revision)
+
+
+DECODED_CACHE_SIZE = 4096
+
+
+class Decoded:
+    """Decoded stored values by (key, mod_revision) — which name one value for good — for
+    readers that do not modify them; the oldest entries go first beyond `size`."""
+
+    def __init__(self, size: int = DECODED_CACHE_SIZE) -> None:
+        self.size = size
+        # Ordered: evicting the oldest of a plain dict scans the entries deleted before it.
+        self._objs: OrderedDict[tuple[str, int], Obj] = OrderedDict()
+
+    def get(self, kv: st.KeyValue) -> Obj:
+        ident = (kv.key, kv.mod_revision)
+        obj = self._objs.get(ident)
+        if obj is None:
+            obj = self._objs[ident] = decode(kv)
+            if len(self._objs) > self.size:
+                self._objs.popitem(last=False)
+        return obj
 
 
 def store_error(exc: st.StoreError, kind: Kind, name: str) -> errors.ApiError:
@@ -92,15 +118,28 @@ class ObjectStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        # Shared, read-only decoded values: the read-only watches' events and `get_shared`.
+        self.decoded = Decoded()
 
     async def get(self, kind: Kind, namespace: str, name: str, *, stale_ok: bool = False) -> Obj:
+        """The object, decoded for the caller alone (free to modify it)."""
+        return decode(await self._get(kind, namespace, name, stale_ok))
+
+    async def get_shared(
+        self, kind: Kind, namespace: str, name: str, *, stale_ok: bool = False
+    ) -> Obj:
+        """Like `get`, but the object may be the one the read-only watches were handed (decoded
+        once): the caller must not modify it, nor hand it to anyone who might."""
+        return self.decoded.get(await self._get(kind, namespace, name, stale_ok))
+
+    async def _get(self, kind: Kind, namespace: str, name: str, stale_ok: bool) -> st.KeyValue:
         try:
             kv = await self.store.get(key_of(kind, namespace, name), linearizable=not stale_ok)
         except st.StoreError as exc:
             raise store_error(exc, kind, name) from exc
         if kv is None:
             raise errors.not_found(kind.plural, kind.group, name)
-        return decode(kv)
+        return kv
 
     async def list(
         self,

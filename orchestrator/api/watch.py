@@ -11,10 +11,11 @@ BOOKMARK annotated `k8s.io/initial-events-end`.
 
 Decoding (msgpack -> dict) is most of a watcher's work, so it is not repeated needlessly:
 a watch without selectors never decodes an update's previous state; a previous state decoded
-to evaluate selectors comes from a small per-`Api` cache of decoded values keyed by
-(key, mod_revision) — it is only read; and a `read_only=True` watch (in-process consumers that
-promise never to modify what they get: the controllers' informers, the simulated nodes) is
-handed the cached object itself, shared with every other read-only watcher of the event.
+to evaluate selectors comes from the `ObjectStore`'s small cache of decoded values keyed by
+(key, mod_revision) (`storage.Decoded`) — it is only read; and a `read_only=True` watch
+(in-process consumers that promise never to modify what they get: the controllers' informers,
+the simulated nodes) is handed the cached object itself, shared with every other read-only
+watcher of the event (and with binding, which reads the pod it binds from the same cache).
 Every other watch gets objects of its own.
 
 Invariants: events come in revision order with no gaps or duplicates (the store watch's
@@ -24,13 +25,9 @@ reason other than compaction, so the client re-watches from its last resourceVer
 
 from __future__ import annotations
 
-import weakref
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
-
-import msgpack
 
 from ..store.types import EventType
 from . import errors
@@ -38,47 +35,12 @@ from .request import Query
 from .resources import Api, Call
 from .schema.kind import Kind
 from .selectors import parse_field_selector, parse_label_selector
+from .storage import Decoded, decode_value
 
 Obj = dict[str, Any]
 
 
-def _decode(value: bytes, revision: int) -> Obj:
-    obj: Obj = msgpack.unpackb(value, raw=False)
-    obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
-    return obj
-
-
-DECODED_CACHE_SIZE = 4096
 INITIAL_BATCH = 500  # the initial state's ADDED events go out in batches of this many
-
-
-class _Decoded:
-    """Decoded stored values by (key, mod_revision) — which name one value for good — for
-    readers that do not modify them; the oldest entries go first beyond `size`."""
-
-    def __init__(self, size: int = DECODED_CACHE_SIZE) -> None:
-        self.size = size
-        # Ordered: evicting the oldest of a plain dict scans the entries deleted before it.
-        self._objs: OrderedDict[tuple[str, int], Obj] = OrderedDict()
-
-    def get(self, kv: Any) -> Obj:
-        ident = (kv.key, kv.mod_revision)
-        obj = self._objs.get(ident)
-        if obj is None:
-            obj = self._objs[ident] = _decode(kv.value, kv.mod_revision)
-            if len(self._objs) > self.size:
-                self._objs.popitem(last=False)
-        return obj
-
-
-_decoded: weakref.WeakKeyDictionary[Api, _Decoded] = weakref.WeakKeyDictionary()
-
-
-def _decoded_of(api: Api) -> _Decoded:
-    cache = _decoded.get(api)
-    if cache is None:
-        cache = _decoded[api] = _Decoded()
-    return cache
 
 
 def bookmark(kind: Kind, revision: int, annotations: dict[str, str] | None = None) -> Obj:
@@ -143,7 +105,7 @@ async def open_watch(
         if start < 1:
             raise errors.bad_request(f"invalid resourceVersion {rv_text!r}")
     watcher = api.objects.watch(kind, ns, start, bookmarks=bookmarks)
-    decoded = _decoded_of(api)
+    decoded = api.objects.decoded
     only = None if everything else matches
 
     async def events() -> AsyncIterator[list[Obj]]:
@@ -176,7 +138,7 @@ async def open_watch(
 
 
 def _translate(
-    api: Api, kind: Kind, ev: Any, matches: Any, decoded: _Decoded, read_only: bool
+    api: Api, kind: Kind, ev: Any, matches: Any, decoded: Decoded, read_only: bool
 ) -> Obj | None:
     """The Kubernetes event for store event `ev`, or None; `matches` None: no selector."""
     revision = ev.kv.mod_revision
@@ -189,9 +151,9 @@ def _translate(
         if read_only:  # the last state, carrying the deleting revision, sharing the rest
             gone = {**prev, "metadata": {**prev["metadata"], "resourceVersion": str(revision)}}
         else:
-            gone = _decode(ev.prev_kv.value, revision)
+            gone = decode_value(ev.prev_kv.value, revision)
         return {"type": "DELETED", "object": _present(api, kind, gone, read_only)}
-    new = decoded.get(ev.kv) if read_only else _decode(ev.kv.value, revision)
+    new = decoded.get(ev.kv) if read_only else decode_value(ev.kv.value, revision)
     if matches is None:
         # Everything matches: the previous state only tells ADDED from MODIFIED, so it is
         # not decoded.

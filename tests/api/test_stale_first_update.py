@@ -41,6 +41,11 @@ class LaggingReads(ObjectStore):
             return self.previous[name]
         return current
 
+    async def get_shared(
+        self, kind: Any, namespace: str, name: str, *, stale_ok: bool = False
+    ) -> Any:
+        return await self.get(kind, namespace, name, stale_ok=stale_ok)
+
     async def update(self, kind: Any, obj: Any, expected_rv: int) -> Any:
         name = obj["metadata"]["name"]
         self.previous[name] = await super().get(kind, obj["metadata"]["namespace"], name)

@@ -251,6 +251,34 @@ async def test_read_only_watchers_share_objects_and_others_get_their_own() -> No
         assert got[2] == got[0]
 
 
+async def test_binding_leaves_the_shared_watch_object_alone() -> None:
+    """Binding reads the pod from the decoded values the read-only watches share: it must write
+    a copy, never the object a watcher holds."""
+    async with api_server(controllers=False) as h:
+        assert h.server.api is not None
+        c = InProcessClient(h.server.api.api, CONTROLLER)
+        with trio.fail_after(30):
+            await c.create(NODES, {"metadata": {"name": "edge-1"}})
+            start = (await c.list(PODS, "default"))["metadata"]["resourceVersion"]
+            body = {
+                "metadata": {"name": "p", "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            }
+            got: list[dict[str, Any]] = []
+            async with c.watch(PODS, "default", resource_version=start, read_only=True) as events:
+                pod = await c.create(PODS, body)
+                async for _etype, obj in events:
+                    got.append(obj)
+                    if len(got) == 1:
+                        await c.bind(pod, "edge-1")
+                    else:
+                        break
+        seen, after = got
+        assert "nodeName" not in seen["spec"]
+        assert seen["metadata"]["resourceVersion"] == pod["metadata"]["resourceVersion"]
+        assert after["spec"]["nodeName"] == "edge-1"
+
+
 @LEFT_EARLY
 async def test_watch_from_a_compacted_revision_is_410(env: Env) -> None:
     c = env.client
