@@ -12,7 +12,11 @@ each). A read is still issued only after its own barrier, so it sees at least th
 must. A local `get` of a recently written key needs no database at all: the values the last
 applied writes left (`RECENT_BYTES` of them) are kept from the apply events, so the API
 server's update loop, which reads the object it is about to replace locally first, skips the
-thread hand-off for the objects that are being worked on.
+thread hand-off for the objects that are being worked on. A local `get` that had to read the
+database adds what it found to those values when no write was applied after its read (the
+database's revision at the read is the newest revision the apply events have shown): a key
+read often and written rarely (the Namespace every create checks) is read from the database
+once, not every time.
 
 Invariants: a request that cannot reach a quorum fails with `NoQuorum` after `quorum_timeout`
 instead of hanging; a retry happens only when the earlier attempt certainly had no effect (no
@@ -220,6 +224,8 @@ class RaftStore:
         # write first; bounded by the bytes of the values (`_remember`).
         self._recent: OrderedDict[str, KeyValue | None] = OrderedDict()
         self._recent_bytes = 0
+        # The revision of the newest event `_remember` saw; None until one after a snapshot.
+        self._remembered_rev: int | None = None
         node.on_apply = self._on_apply
         node.on_snapshot = self._on_snapshot
 
@@ -236,11 +242,29 @@ class RaftStore:
                 size += len(kv.value)
             else:
                 recent[kv.key] = None
+        if events:
+            self._remembered_rev = events[-1].kv.mod_revision
+        self._recent_bytes = self._trim_recent(size)
+
+    def _remember_read(self, key: str, kv: KeyValue | None, revision: int) -> None:
+        """Add what a database read of `key` at `revision` found, if it is still the key's live
+        value: the apply events have shown nothing after `revision` (and, then, nothing about
+        `key` since the read either, or it would not have been read)."""
+        if revision != self._remembered_rev or key in self._recent:
+            return
+        self._recent[key] = kv
+        self._recent_bytes = self._trim_recent(
+            self._recent_bytes + (0 if kv is None else len(kv.value))
+        )
+
+    def _trim_recent(self, size: int) -> int:
+        """Drop the oldest values until `size` (the values' bytes) and the count are in bounds."""
+        recent = self._recent
         while size > RECENT_BYTES or len(recent) > RECENT_KEYS:
             old = recent.popitem(last=False)[1]
             if old is not None:
                 size -= len(old.value)
-        self._recent_bytes = size
+        return size
 
     def _on_apply(self) -> None:
         hub = getattr(self, "hub", None)
@@ -259,6 +283,7 @@ class RaftStore:
         self.node.sm.take_events()  # type: ignore[attr-defined]
         self._recent.clear()
         self._recent_bytes = 0
+        self._remembered_rev = None  # the revision jumped without events
         if getattr(self, "hub", None) is not None:
             self._new_hub("server caught up by snapshot: watch again from your revision")
 
@@ -475,7 +500,14 @@ class RaftStore:
             if recent is not _UNKNOWN:
                 await trio.lowlevel.checkpoint()  # a read is a checkpoint either way
                 return recent  # type: ignore[return-value]
+            kv, at = await self._read(False, self._get_at_revision, key)
+            self._remember_read(key, kv, at)
+            return kv
         return await self._read(linearizable, self.mvcc.get, key, revision)
+
+    def _get_at_revision(self, key: str) -> tuple[KeyValue | None, int]:
+        """On the database thread: the key's live value and the revision it was read at."""
+        return self.mvcc.get(key), self.mvcc.revision()
 
     async def list(
         self,

@@ -1,5 +1,6 @@
 """Local reads of recently written keys (`RaftStore._recent`): served from the apply events,
-always the key's latest applied state, bounded, dropped when a snapshot replaces the state."""
+always the key's latest applied state, bounded, dropped when a snapshot replaces the state; a
+database read is added only when no write was applied after it."""
 
 from __future__ import annotations
 
@@ -67,9 +68,71 @@ async def test_local_gets_see_every_applied_write(tmp_path: Path) -> None:
             await store.delete("/k")
             assert await store.get("/k", linearizable=False) is None
             assert await store.get("/k") is None
-            # A key not written since start-up is read from the database.
-            assert await store.get("/other", linearizable=False) is None
+            # A key not written since start-up is read from the database, once: no write was
+            # applied after that read, so what it found (nothing) is the key's live state.
             assert "/other" not in store._recent
+            assert await store.get("/other", linearizable=False) is None
+            assert "/other" in store._recent
+            assert store._recent["/other"] is None
+            made = await store.create("/other", b"x")
+            assert await store.get("/other", linearizable=False) == made
             store._on_snapshot()
             assert store._recent == {}
+            # After a snapshot, nothing read is added until an applied write names the revision.
+            assert await store.get("/other", linearizable=False) == made
+            assert store._recent == {}
+        nursery.cancel_scope.cancel()
+
+
+def test_a_database_read_is_added_only_if_no_write_was_applied_after_it() -> None:
+    s = _bare_store()
+    found = KeyValue("n", b"ns", 2, 2, 1)
+    s._remember_read("n", found, 2)  # nothing remembered yet: the revision is not known
+    assert "n" not in s._recent
+    s._remember([_put("a", b"1", 3)])
+    s._remember_read("n", found, 2)  # read before revision 3 was applied: maybe stale
+    assert "n" not in s._recent
+    s._remember_read("n", found, 3)
+    assert s._recent["n"] is found
+    assert s._recent_bytes == 3
+    s._remember([_put("n", b"new", 4)])
+    s._remember_read("n", found, 4)  # the key is known: an apply event is never overwritten
+    assert s._recent["n"] == KeyValue("n", b"new", 4, 4, 1)
+    s._remember_read("gone", None, 4)  # absence is a value too
+    assert s._recent["gone"] is None
+    s.node.sm = SimpleNamespace(take_events=lambda: [])
+    s._on_snapshot()
+    s._remember_read("n", found, 4)
+    assert s._recent == {}
+
+
+async def test_namespace_like_keys_are_read_from_the_database_once(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    cfg = NodeConfig(
+        node_id=1, data_dir=tmp_path, peer_listen="127.0.0.1:0", founders={1: "127.0.0.1:0"}
+    )
+    store = RaftStore(RaftNode(cfg, lambda d: open_store(d, quota_bytes=2**30)))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.run)
+        with trio.fail_after(10):
+            await store.node.wait_leader()
+            ns = await store.create("/ns/default", b"namespace")
+            monkeypatch.setattr(raftstore, "RECENT_KEYS", 4)
+            for i in range(6):  # the namespace's write is pushed out of the recent values
+                await store.create(f"/pods/p{i}", b"pod")
+            assert "/ns/default" not in store._recent
+            reads = 0
+            real = store._read
+
+            async def counting(*args: Any) -> Any:
+                nonlocal reads
+                reads += 1
+                return await real(*args)
+
+            store._read = counting  # type: ignore[method-assign]
+            for i in range(3):
+                assert await store.get("/ns/default", linearizable=False) == ns
+                await store.create(f"/pods/q{i}", b"pod")  # writes to other keys meanwhile
+            assert reads == 1
         nursery.cancel_scope.cancel()
