@@ -72,11 +72,16 @@ _NAMESPACES = ("", "namespaces")
 
 @dataclass
 class Call:
-    """Who is asking, with which write options; collects the warnings to return."""
+    """Who is asking, with which write options; collects the warnings to return.
+
+    `read_only`: the caller (in-process) never modifies the object a write returns, so the
+    object may be the one the read-only watches are handed for that write (see
+    `ObjectStore.create`'s `share`), which then need not decode it."""
 
     user: User
     opts: WriteOptions = field(default_factory=lambda: WriteOptions(False, "unknown", "Warn"))
     warnings: list[str] = field(default_factory=list)
+    read_only: bool = False
 
 
 def get_path(obj: Obj, dotted: str) -> Any:
@@ -242,7 +247,7 @@ class Api:
 
     def _present(self, kind: Kind, obj: Obj) -> Obj:
         if kind.custom:  # one stored object serves every version of its CRD
-            obj["apiVersion"] = kind.api_version
+            return {**obj, "apiVersion": kind.api_version}  # `obj` may be shared: not in place
         return obj
 
     async def list_objects(self, call: Call, kind: Kind, ns: str, query: Query) -> Obj:
@@ -334,7 +339,8 @@ class Api:
         if kind.namespaced:
             body = {**body, "metadata": {**meta, "namespace": ns}}
             await self._require_namespace(ns)
-        obj = prepare_create(kind, body, now=self.now(), name=name)
+        # Not copied: admission's validation makes the object to store a new one.
+        obj = prepare_create(kind, body, now=self.now(), name=name, copy=False)
         obj = self._admit(call, "create", kind, obj, None, "")
         if (kind.group, kind.plural) == _CRD:
             obj["status"] = crds.crd_status(obj, self.now())
@@ -349,7 +355,7 @@ class Api:
         )
         if call.opts.dry_run:
             return obj
-        stored = await self.objects.create(kind, obj)
+        stored = await self.objects.create(kind, obj, share=call.read_only)
         self._after_write(kind, stored)
         return self._present(kind, stored)
 
@@ -490,11 +496,14 @@ class Api:
     ) -> Obj:
         """Read, mutate, admit and compare-and-swap until it sticks (see the module doc).
         `mutate(live)` returns the proposed object; it must not modify `live` (the patch
-        engines copy what they change, an update ignores it)."""
+        engines copy what they change, an update ignores it). Nothing below modifies `live`
+        either, so for a `read_only` caller (who may be handed `live` or parts of it) it is
+        the shared decoded object the read-only watches were handed."""
+        read = self.objects.get_shared if call.read_only else self.objects.get
         fresh = False  # read linearizably (after a local read fell short)
         for _ in range(MAX_UPDATE_ATTEMPTS):
             try:
-                live = await self.objects.get(kind, ns, name, stale_ok=not fresh)
+                live = await read(kind, ns, name, stale_ok=not fresh)
                 obj = self._updated(call, kind, sub, live, mutate, precondition, managed)
             except ApiError:
                 if fresh:
@@ -521,7 +530,7 @@ class Api:
                     await self.objects.delete(kind, ns, name, _rv(live))
                     self._after_write(kind, obj, deleted=True)
                     return self._present(kind, obj)
-                stored = await self.objects.update(kind, obj, _rv(live))
+                stored = await self.objects.update(kind, obj, _rv(live), share=call.read_only)
             except ApiError as exc:
                 if (
                     exc.code == 409
@@ -814,7 +823,8 @@ class Api:
                 break
             bound = {**live, "spec": {**(live.get("spec") or {}), "nodeName": node}}
             try:
-                await self.objects.update(kind, bound, _rv(live))
+                # `bound` goes nowhere else: the watches may be handed it as it is.
+                await self.objects.update(kind, bound, _rv(live), share=True)
             except ApiError as exc:
                 if exc.code == 409 and exc.reason == "Conflict":
                     fresh = True

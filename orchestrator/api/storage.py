@@ -70,21 +70,42 @@ DECODED_CACHE_SIZE = 4096
 
 class Decoded:
     """Decoded stored values by (key, mod_revision) — which name one value for good — for
-    readers that do not modify them; the oldest entries go first beyond `size`."""
+    readers that do not modify them; the oldest entries go first beyond `size`.
+
+    A writer that will not modify the object it stores (nor let anyone) announces it with
+    `expect(key, value, obj)` before the write: the first reader of the write's revision then
+    gets `obj` (with that resourceVersion) instead of a decode of `value`. Only for the same
+    bytes: an expectation is used when the stored value equals `value`, so a write that lost a
+    race, failed or was replaced meanwhile is decoded as usual."""
 
     def __init__(self, size: int = DECODED_CACHE_SIZE) -> None:
         self.size = size
         # Ordered: evicting the oldest of a plain dict scans the entries deleted before it.
         self._objs: OrderedDict[tuple[str, int], Obj] = OrderedDict()
+        self._expected: OrderedDict[str, tuple[bytes, Obj]] = OrderedDict()
 
     def get(self, kv: st.KeyValue) -> Obj:
         ident = (kv.key, kv.mod_revision)
         obj = self._objs.get(ident)
         if obj is None:
-            obj = self._objs[ident] = decode(kv)
+            expected = self._expected.pop(kv.key, None)
+            if expected is not None and expected[0] == kv.value:
+                written = expected[1]
+                meta = {**written["metadata"], "resourceVersion": str(kv.mod_revision)}
+                obj = {**written, "metadata": meta}
+            else:
+                obj = decode(kv)
+            self._objs[ident] = obj
             if len(self._objs) > self.size:
                 self._objs.popitem(last=False)
         return obj
+
+    def expect(self, key: str, value: bytes, obj: Obj) -> None:
+        """`obj` (encoded: `value`) is being written to `key` and will not be modified."""
+        self._expected.pop(key, None)
+        self._expected[key] = (value, obj)
+        if len(self._expected) > self.size:
+            self._expected.popitem(last=False)
 
 
 def store_error(exc: st.StoreError, kind: Kind, name: str) -> errors.ApiError:
@@ -163,24 +184,29 @@ class ObjectStore:
             raise store_error(exc, kind, "") from exc
         return [decode(kv) for kv in res.kvs], res
 
-    async def create(self, kind: Kind, obj: Obj) -> Obj:
+    async def create(self, kind: Kind, obj: Obj, *, share: bool = False) -> Obj:
+        """Store a new object; returns it with its resourceVersion (sharing `obj`'s parts).
+
+        `share`: nobody modifies `obj` or the returned object from now on (the caller sees to
+        it), so the read-only watches may be handed them instead of decoding the write."""
         meta = obj["metadata"]
+        key, value = key_of(kind, meta.get("namespace", ""), meta["name"]), encode(obj)
+        if share:
+            self.decoded.expect(key, value, obj)
         try:
-            kv = await self.store.create(
-                key_of(kind, meta.get("namespace", ""), meta["name"]), encode(obj)
-            )
+            kv = await self.store.create(key, value)
         except st.StoreError as exc:
             raise store_error(exc, kind, meta["name"]) from exc
         return {**obj, "metadata": {**meta, "resourceVersion": str(kv.mod_revision)}}
 
-    async def update(self, kind: Kind, obj: Obj, expected_rv: int) -> Obj:
+    async def update(self, kind: Kind, obj: Obj, expected_rv: int, *, share: bool = False) -> Obj:
+        """Compare-and-swap `obj` over revision `expected_rv`; `share` as in `create`."""
         meta = obj["metadata"]
+        key, value = key_of(kind, meta.get("namespace", ""), meta["name"]), encode(obj)
+        if share:
+            self.decoded.expect(key, value, obj)
         try:
-            kv = await self.store.update(
-                key_of(kind, meta.get("namespace", ""), meta["name"]),
-                encode(obj),
-                expected_mod_revision=expected_rv,
-            )
+            kv = await self.store.update(key, value, expected_mod_revision=expected_rv)
         except st.StoreError as exc:
             raise store_error(exc, kind, meta["name"]) from exc
         return {**obj, "metadata": {**meta, "resourceVersion": str(kv.mod_revision)}}

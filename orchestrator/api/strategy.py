@@ -45,9 +45,16 @@ def content(obj: Obj) -> Obj:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
 
 
-def prepare_create(kind: Kind, obj: Obj, *, now: str, name: str) -> Obj:
-    out: Obj = copy_json(obj)
-    meta = out.setdefault("metadata", {})
+def prepare_create(kind: Kind, obj: Obj, *, now: str, name: str, copy: bool = True) -> Obj:
+    """The object to store for a create of client input `obj` (not mutated). `copy=False`:
+    only the result's top level and metadata are new dicts, the rest is shared with `obj` — for
+    a caller that copies it next anyway (admission's validation builds a new object)."""
+    if copy:
+        out: Obj = copy_json(obj)
+        meta = out.setdefault("metadata", {})
+    else:
+        out = dict(obj)
+        meta = out["metadata"] = dict(obj.get("metadata") or {})
     meta["name"] = name
     meta["uid"] = str(uuid.uuid4())
     meta["creationTimestamp"] = now

@@ -253,7 +253,7 @@ class ReplicaSetReconciler:
         async def one() -> None:
             nonlocal created
             try:
-                pod = await self.client.create(PODS, template, ns)
+                pod = await self.client.create(PODS, template, ns, read_only=True)  # rv only
             except ApiError as exc:
                 errors.append(exc)
                 return

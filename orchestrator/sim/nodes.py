@@ -651,7 +651,9 @@ class _Engine:
         ns, _, name = key.partition("/")
         rec.started = True  # a stale event arriving meanwhile must not start it again
         try:
-            await node.client.patch(PODS, name, {"status": status}, ns, subresource="status")
+            await node.client.patch(
+                PODS, name, {"status": status}, ns, subresource="status", read_only=True
+            )  # the reply is not even looked at
         except BaseException:
             rec.started = False
             raise

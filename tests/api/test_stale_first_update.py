@@ -46,10 +46,10 @@ class LaggingReads(ObjectStore):
     ) -> Any:
         return await self.get(kind, namespace, name, stale_ok=stale_ok)
 
-    async def update(self, kind: Any, obj: Any, expected_rv: int) -> Any:
+    async def update(self, kind: Any, obj: Any, expected_rv: int, *, share: bool = False) -> Any:
         name = obj["metadata"]["name"]
         self.previous[name] = await super().get(kind, obj["metadata"]["namespace"], name)
-        return await super().update(kind, obj, expected_rv)
+        return await super().update(kind, obj, expected_rv, share=share)
 
 
 @asynccontextmanager

@@ -289,7 +289,9 @@ class FakeClient:
         self.rv = 100
         self.statuses: list[Obj] = []
 
-    async def create(self, res: Any, body: Obj, namespace: str = "") -> Obj:
+    async def create(
+        self, res: Any, body: Obj, namespace: str = "", *, read_only: bool = False
+    ) -> Obj:
         await trio.lowlevel.checkpoint()
         self.creates += 1
         if self.creates > self.ok:

@@ -7,6 +7,7 @@ would clash with tests/client/test_client.py.)
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,13 @@ from api.apiharness import Harness, api_server
 
 from orchestrator.api.auth.authn import User
 from orchestrator.api.errors import ApiError
-from orchestrator.client import JSON_PATCH, STRATEGIC_MERGE_PATCH, RestClient, load_kubeconfig
+from orchestrator.client import (
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    RestClient,
+    load_kubeconfig,
+)
 from orchestrator.controllers.runtime.client import (
     CONFIGMAPS,
     NODES,
@@ -277,6 +284,160 @@ async def test_binding_leaves_the_shared_watch_object_alone() -> None:
         assert "nodeName" not in seen["spec"]
         assert seen["metadata"]["resourceVersion"] == pod["metadata"]["resourceVersion"]
         assert after["spec"]["nodeName"] == "edge-1"
+
+
+async def test_read_only_writes_hand_their_object_to_the_read_only_watches() -> None:
+    """A write made with `read_only=True` (and a binding) gives the read-only watchers the
+    object it stored instead of a decode of it: the same parts, equal to a fresh decode."""
+    async with api_server(controllers=False) as h:
+        assert h.server.api is not None
+        c = InProcessClient(h.server.api.api, CONTROLLER)
+        with trio.fail_after(30):
+            await c.create(NODES, {"metadata": {"name": "edge-1"}})
+            start = (await c.list(PODS, "default"))["metadata"]["resourceVersion"]
+            body = {
+                "metadata": {"name": "p", "namespace": "default", "labels": {"app": "a"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            }
+            got: list[dict[str, Any]] = []
+            replies: list[dict[str, Any]] = []
+            async with c.watch(PODS, "default", resource_version=start, read_only=True) as events:
+                replies.append(await c.create(PODS, body, read_only=True))
+                async for _etype, obj in events:
+                    got.append(obj)
+                    if len(got) == 1:
+                        await c.bind(replies[0], "edge-1")
+                    elif len(got) == 2:
+                        status = {"status": {"phase": "Running", "podIP": "10.0.0.7"}}
+                        replies.append(
+                            await c.patch(
+                                PODS, "p", status, "default", subresource="status", read_only=True
+                            )
+                        )
+                    else:
+                        break
+            fresh = await c.get(PODS, "p", "default")
+        created, bound, running = got
+        assert created["spec"] is replies[0]["spec"]  # the stored object, not a decode
+        assert running["status"] is replies[1]["status"]
+        assert created["metadata"]["resourceVersion"] == replies[0]["metadata"]["resourceVersion"]
+        assert bound["spec"]["nodeName"] == "edge-1"
+        assert running == fresh  # what a decode of the stored value gives, exactly
+        assert running["metadata"]["resourceVersion"] == replies[1]["metadata"]["resourceVersion"]
+
+
+async def test_read_only_writes_never_modify_what_the_watches_were_handed() -> None:
+    """A `read_only` write reads the object it replaces from the decoded values the read-only
+    watches share: every patch type, the no-op and the status subresource must leave them as
+    they were handed out."""
+    async with api_server(controllers=False) as h:
+        assert h.server.api is not None
+        c = InProcessClient(h.server.api.api, CONTROLLER)
+        with trio.fail_after(30):
+            start = (await c.list(PODS, "default"))["metadata"]["resourceVersion"]
+            body = {
+                "metadata": {"name": "p", "namespace": "default", "labels": {"app": "a"}},
+                "spec": {
+                    "containers": [{"name": "c", "image": "busybox", "env": [{"name": "A"}]}],
+                    "tolerations": [{"key": "k", "operator": "Exists"}],
+                },
+            }
+            ready = {"type": "Ready", "status": "True"}
+            patches: list[tuple[Any, str, str]] = [
+                ({"metadata": {"labels": {"app": "b", "x": "y"}}}, MERGE_PATCH, ""),
+                ({"metadata": {"labels": {"app": "b", "x": "y"}}}, MERGE_PATCH, ""),  # no-op
+                (
+                    {"spec": {"containers": [{"name": "c", "image": "busybox:2"}]}},
+                    STRATEGIC_MERGE_PATCH,
+                    "",
+                ),
+                (
+                    [{"op": "add", "path": "/metadata/annotations", "value": {"a": "1"}}],
+                    JSON_PATCH,
+                    "",
+                ),
+                ({"status": {"phase": "Running", "conditions": [ready]}}, MERGE_PATCH, "status"),
+                (
+                    {"status": {"conditions": [{"type": "Ready", "status": "False"}]}},
+                    STRATEGIC_MERGE_PATCH,
+                    "status",
+                ),
+            ]
+            handed: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+            async def receive(events: Any) -> None:
+                async for _etype, obj in events:
+                    handed.append((obj, copy.deepcopy(obj)))
+                    break
+
+            async with c.watch(PODS, "default", resource_version=start, read_only=True) as events:
+                await c.create(PODS, body, read_only=True)
+                await receive(events)
+                for i, (patch, content_type, sub) in enumerate(patches):
+                    await c.patch(
+                        PODS, "p", patch, "default", content_type=content_type,
+                        subresource=sub, read_only=True,
+                    )  # fmt: skip
+                    if i != 1:  # the no-op writes nothing: no event
+                        await receive(events)
+        assert len(handed) == len(patches)  # the no-op wrote nothing
+        for obj, at_receipt in handed:
+            assert obj == at_receipt
+        final = handed[-1][0]
+        assert final["status"]["conditions"] == [{"type": "Ready", "status": "False"}]
+        assert final["metadata"]["annotations"] == {"a": "1"}
+
+
+async def test_a_create_neither_modifies_nor_keeps_its_body() -> None:
+    """The in-process create (and merge patch) hands its body over without a copy: the server
+    must only read it, and keep none of it."""
+    async with api_server(controllers=False) as h:
+        assert h.server.api is not None
+        c = InProcessClient(h.server.api.api, CONTROLLER)
+        body = {
+            "metadata": {"generateName": "p-", "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "env": [{"name": "A"}]}]},
+        }
+        before = copy.deepcopy(body)
+        with trio.fail_after(30):
+            made = await c.create(PODS, body, "default", read_only=True)
+            assert body == before
+            body["spec"]["containers"][0]["env"].append({"name": "B"})
+            body["metadata"]["labels"]["app"] = "changed"
+            stored = await c.get(PODS, made["metadata"]["name"], "default")
+        assert stored["spec"]["containers"][0]["env"] == [{"name": "A"}]
+        assert stored["metadata"]["labels"] == {"app": "a"}
+        assert made["spec"] == stored["spec"]
+        # A merge patch is handed over without a copy too.
+        patch = {"metadata": {"labels": {"extra": "1"}}, "status": {"phase": "Running"}}
+        before = copy.deepcopy(patch)
+        name = made["metadata"]["name"]
+        with trio.fail_after(30):
+            await c.patch(PODS, name, patch, "default", read_only=True)
+            await c.patch(PODS, name, patch, "default", subresource="status", read_only=True)
+            assert patch == before
+            patch["metadata"]["labels"]["extra"] = "changed"
+            patch["status"]["phase"] = "Failed"
+            stored = await c.get(PODS, name, "default")
+        assert stored["metadata"]["labels"] == {"app": "a", "extra": "1"}
+        assert stored["status"]["phase"] == "Running"
+
+
+def test_an_expectation_is_used_only_for_the_same_bytes() -> None:
+    from orchestrator.api.storage import Decoded, encode
+    from orchestrator.store.types import KeyValue
+
+    decoded = Decoded()
+    mine = {"metadata": {"name": "a"}, "data": {"k": "1"}}
+    decoded.expect("/a", encode(mine), mine)
+    other = {"metadata": {"name": "a"}, "data": {"k": "2"}}  # someone else's write won
+    seen = decoded.get(KeyValue("/a", encode(other), 2, 3, 1))
+    assert seen == {"metadata": {"name": "a", "resourceVersion": "3"}, "data": {"k": "2"}}
+    decoded.expect("/a", encode(mine), mine)
+    seen = decoded.get(KeyValue("/a", encode(mine), 2, 4, 2))
+    assert seen["data"] is mine["data"]
+    assert seen["metadata"] == {"name": "a", "resourceVersion": "4"}
+    assert mine["metadata"] == {"name": "a"}  # the writer's object is left as it was
 
 
 @LEFT_EARLY

@@ -13,7 +13,8 @@ no discovery round trip). Two implementations:
   that only speaks HTTPS does not import the API server's layers). Each call builds a fresh
   `Call(user, WriteOptions(...))`. Inputs are deep-copied (`copy_json`: bodies are JSON values —
   dicts, lists, strings, numbers, booleans, None), so a controller's dicts are never aliased by
-  the server (as if they had crossed a wire). With
+  the server (as if they had crossed a wire); a create's body and a merge patch are not,
+  because the server only reads them (what is stored is built anew by validation). With
   `fence_term=T` every write is fenced to Raft term T (see `orchestrator.store.fencing`): once
   this server is no longer the leader of term T, writes fail with a 503 instead of landing.
 * `HttpClient(rest)` speaks HTTPS through an entered `orchestrator.client.RestClient`.
@@ -98,8 +99,12 @@ class Client(Protocol):
         """The `...List` dict: `items`, `metadata.resourceVersion`, `metadata.continue`."""
         ...
 
-    async def create(self, res: ResourceInfo, body: Obj, namespace: str = "") -> Obj:
-        """Namespace defaults to the body's."""
+    async def create(
+        self, res: ResourceInfo, body: Obj, namespace: str = "", *, read_only: bool = False
+    ) -> Obj:
+        """Namespace defaults to the body's. `read_only=True`: the caller never modifies the
+        returned object (the in-process transport may then share it with the read-only
+        watchers of the write, which need not decode it)."""
         ...
 
     async def update(self, res: ResourceInfo, body: Obj, *, subresource: str = "") -> Obj:
@@ -116,7 +121,10 @@ class Client(Protocol):
         *,
         content_type: str = MERGE_PATCH,
         subresource: str = "",
-    ) -> Obj: ...
+        read_only: bool = False,
+    ) -> Obj:
+        """`read_only` as in `create`."""
+        ...
 
     async def apply(
         self, res: ResourceInfo, body: Obj, *, force: bool = False, subresource: str = ""
@@ -253,7 +261,14 @@ class HttpClient:
         result: Obj = await self._request("GET", self._path(res, namespace), params=params)
         return result
 
-    async def create(self, res: ResourceInfo, body: Obj, namespace: str = "") -> Obj:
+    async def create(
+        self,
+        res: ResourceInfo,
+        body: Obj,
+        namespace: str = "",
+        *,
+        read_only: bool = False,  # every reply is decoded for this caller alone anyway
+    ) -> Obj:
         ns = namespace or str(_meta(body).get("namespace") or "")
         result: Obj = await self._request(
             "POST", self._path(res, ns), params=self._write_params(), body=body
@@ -277,6 +292,7 @@ class HttpClient:
         *,
         content_type: str = MERGE_PATCH,
         subresource: str = "",
+        read_only: bool = False,  # as in `create`
     ) -> Obj:
         result: Obj = await self._request(
             "PATCH",

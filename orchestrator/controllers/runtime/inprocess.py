@@ -54,8 +54,9 @@ class InProcessClient:
         self.field_manager = field_manager
         self.fence_term = fence_term
 
-    def _call(self, *, force: bool = False) -> Call:
-        return Call(self.user, WriteOptions(False, self.field_manager, "Strict", force))
+    def _call(self, *, force: bool = False, read_only: bool = False) -> Call:
+        opts = WriteOptions(False, self.field_manager, "Strict", force)
+        return Call(self.user, opts, read_only=read_only)
 
     def _kind(self, res: ResourceInfo) -> Any:
         return self.api.kind(res.group, res.version, res.plural)
@@ -83,10 +84,13 @@ class InProcessClient:
         )
         return await self.api.list_objects(self._call(), self._kind(res), namespace, query)
 
-    async def create(self, res: ResourceInfo, body: Obj, namespace: str = "") -> Obj:
+    async def create(
+        self, res: ResourceInfo, body: Obj, namespace: str = "", *, read_only: bool = False
+    ) -> Obj:
         ns = namespace or str(_meta(body).get("namespace") or "")
         with fenced(self.fence_term):
-            return await self.api.create(self._call(), self._kind(res), ns, copy_json(body))
+            # Not copied: a create only reads `body` and stores what validation built from it.
+            return await self.api.create(self._call(read_only=read_only), self._kind(res), ns, body)
 
     async def update(self, res: ResourceInfo, body: Obj, *, subresource: str = "") -> Obj:
         meta = _meta(body)
@@ -106,15 +110,19 @@ class InProcessClient:
         *,
         content_type: str = MERGE_PATCH,
         subresource: str = "",
+        read_only: bool = False,
     ) -> Obj:
+        # A merge patch is only read: its values go into the proposed object, which validation
+        # copies into the one stored. The other kinds of patch get a copy of their own.
+        sent = body if content_type == MERGE_PATCH else copy_json(body)
         with fenced(self.fence_term):
             obj, _ = await self.api.patch(
-                self._call(),
+                self._call(read_only=read_only),
                 self._kind(res),
                 namespace,
                 name,
                 content_type,
-                copy_json(body),
+                sent,
                 subresource,
             )
         return obj
