@@ -352,6 +352,7 @@ class Api:
             api_version=kind.api_version,
             now=self.now(),
             copy=False,
+            share=call.read_only,
         )
         if call.opts.dry_run:
             return obj

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .info import NodeInfo, PodInfo, pod_key
+from .info import NodeInfo, PodInfo, owner_of, pod_key
 
 __all__ = ["DEFAULT_ASSUMED_TTL", "CacheStatistics", "SchedulerCache"]
 
@@ -75,6 +75,8 @@ class SchedulerCache:
     def __init__(self, *, assumed_ttl: float = DEFAULT_ASSUMED_TTL) -> None:
         self.assumed_ttl = assumed_ttl
         self.next_start_index = 0
+        # The framework's per-pod-shape memo (`Framework._filter_memo`); the cache only holds it.
+        self.shape_memo: dict[Any, Any] = {}
         # Invariants: every NodeInfo with a Node object is in `_nodes`; every counted pod key is
         # in `_pod_node`, mapped to the NodeInfo whose `pods` holds it; `_assumed` ⊆ `_pod_node`
         # and maps to the live deadline; `_deadlines` holds (deadline, seq, key) entries, stale
@@ -144,6 +146,13 @@ class SchedulerCache:
             if current is not None and current.name == node_name:
                 info = current.pods[key]
                 info.pod = pod  # resources cannot change between assume and bind
+                return
+        elif current is not None and current.name == node_name:
+            info = current.pods[key]
+            if info.owner == owner_of(pod.get("metadata") or {}):
+                # The same pod (the key is its UID) on the same node, a status update say: what
+                # is counted, its requests and ports, cannot change; only its controller can.
+                info.pod = pod
                 return
         self._uncount(key)
         self._count(PodInfo.from_pod(pod, strict=False), node_name)

@@ -29,10 +29,10 @@ NodeResourcesBalancedAllocation (1).
 
 Cost per pod: O(visited nodes * relevant checks) for filtering and O(feasible nodes * score
 plugins) for scoring, all on precomputed numbers; nothing iterates over the cluster's pods. With
-the default plugins and every node visited (clusters up to 100 nodes), each node's verdict and
-resource scores for a pod shape (requests, tolerations) are memoized on the node until the node
-changes (`Framework._filter_memo`): a workload's next pod recomputes only the node its
-predecessor went to.
+the default plugins and every node visited (clusters up to 100 nodes), the nodes' verdicts and
+resource scores for a pod shape (requests, tolerations) are memoized until a node changes
+(`Framework._filter_memo`): a workload's next pod recomputes only the node its predecessor went
+to, and finds the feasible nodes without visiting the others.
 
 `Decision.message` is the FailedScheduling text, built like upstream's `FitError`:
 "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match Pod's node
@@ -500,7 +500,7 @@ DEFAULT_SCORES: Final[tuple[tuple[ScorePlugin, int], ...]] = (
     (_LEAST_ALLOCATED, 1),
     (_BALANCED, 1),
 )
-# Keys kept in one node's memo (`Framework._filter_memo`); a cluster's pods rarely come in more
+# Pod shapes kept in the memo (`Framework._filter_memo`); a cluster's pods rarely come in more
 # shapes than this, and past it the memo starts over.
 MEMO_KEYS: Final = 64
 
@@ -663,33 +663,23 @@ class Framework:
 
         Why: a node's verdict and those two scores depend only on the node's state and on `key`
         (a pod's requests and tolerations), and between two pods of one workload only the node
-        the first went to changes. So each node keeps them in `NodeInfo.memo` under `key`, valid
-        while `NodeInfo.version` (bumped by every change to the node) is the one they were
-        computed at; a scheduling cycle recomputes the nodes that changed and reads the rest.
-        Same nodes, order, reasons and scores as `_filter` and the plugins (tested)."""
+        the first went to changes. So the cache keeps, per `key`, every node's verdict with the
+        `NodeInfo.version` it was computed at (bumped by every change to the node), and the
+        feasible nodes, reasons and scores they add up to; a scheduling cycle recomputes the
+        nodes whose version moved and adjusts those lists. Same nodes, order, reasons and
+        scores as `_filter` and the plugins (tested)."""
         count = len(nodes)
         start = cache.next_start_index % count
-        checks: list[NodeFilter] | None = None
-        feasible: list[NodeInfo] = []
-        reasons: dict[str, Reasons] = {}
-        resource: list[int] = []
-        for n in nodes[start:] + nodes[:start] if start else nodes:
-            memo = n.memo.get(key)
-            if memo is None or memo[0] != n.version:
-                if checks is None:
-                    checks = [f for f in (p.prepare(pod) for p in self.filters) if f is not None]
-                memo = _verdict(pod, n, checks)
-                if len(n.memo) >= MEMO_KEYS:
-                    n.memo.clear()
-                n.memo[key] = memo
-            if memo[1]:
-                reasons[n.name] = memo[1]
-            else:
-                feasible.append(n)
-                resource.append(memo[2])
+        memo: _ShapeMemo | None = cache.shape_memo.get(key)
+        if memo is None or memo.nodes is not nodes or memo.start != start:
+            if len(cache.shape_memo) >= MEMO_KEYS:
+                cache.shape_memo.clear()
+            memo = cache.shape_memo[key] = _ShapeMemo(self, pod, nodes, start)
+        else:
+            memo.refresh(self, pod)
         # Every node was visited: the next search starts where this one did, (start + count).
         cache.next_start_index = start
-        return feasible, reasons, resource
+        return list(memo.feasible), dict(memo.reasons), list(memo.resource)
 
     def _score(
         self, pod: PodInfo, nodes: list[NodeInfo], resource: list[int] | None = None
@@ -709,15 +699,69 @@ class Framework:
         return totals
 
 
-def _verdict(pod: PodInfo, node: NodeInfo, checks: list[NodeFilter]) -> tuple[int, Reasons, int]:
-    """(node version, why the checks reject the node or `()`, its resource score if feasible)."""
+def _checks(framework: Framework, pod: PodInfo) -> list[NodeFilter]:
+    return [f for f in (p.prepare(pod) for p in framework.filters) if f is not None]
+
+
+def _verdict(pod: PodInfo, node: NodeInfo, checks: list[NodeFilter]) -> tuple[Reasons, int]:
+    """(why the checks reject the node or `()`, its resource score if feasible)."""
     found: dict[str, Reasons] = {}
     for run in checks:
         if not run([node], found):
-            return node.version, found[node.name], 0
+            return found[node.name], 0
     score = _LEAST_ALLOCATED.score(pod, [node])[0]
     balanced = _BALANCED.score(pod, [node])  # None for a best-effort pod
-    return node.version, _OK, score if balanced is None else score + balanced[0]
+    return _OK, score if balanced is None else score + balanced[0]
+
+
+class _ShapeMemo:
+    """`Framework._filter_memo`'s state for one pod shape: over the nodes in search order,
+    each one's version and verdict as computed, and what they add up to."""
+
+    __slots__ = ("feasible", "nodes", "order", "position", "reasons", "resource", "start",
+                 "verdicts", "versions")  # fmt: skip
+
+    def __init__(self, framework: Framework, pod: PodInfo, nodes: list[NodeInfo], start: int):
+        self.nodes = nodes  # the cache's node list (a new list whenever nodes come or go)
+        self.start = start
+        self.order = nodes[start:] + nodes[:start]
+        checks = _checks(framework, pod)
+        self.versions = [n.version for n in self.order]
+        self.verdicts = [_verdict(pod, n, checks) for n in self.order]
+        self._total()
+
+    def _total(self) -> None:
+        self.feasible: list[NodeInfo] = []
+        self.resource: list[int] = []
+        self.reasons: dict[str, Reasons] = {}
+        self.position: dict[int, int] = {}  # search position -> index in feasible
+        for i, (n, (reasons, score)) in enumerate(zip(self.order, self.verdicts, strict=True)):
+            if reasons:
+                self.reasons[n.name] = reasons
+            else:
+                self.position[i] = len(self.feasible)
+                self.feasible.append(n)
+                self.resource.append(score)
+
+    def refresh(self, framework: Framework, pod: PodInfo) -> None:
+        """Recompute the nodes that changed since; `pod` has this memo's shape."""
+        versions = self.versions
+        changed = [i for i, n in enumerate(self.order) if n.version != versions[i]]
+        if not changed:
+            return
+        checks = _checks(framework, pod)
+        retotal = False
+        for i in changed:
+            n = self.order[i]
+            versions[i] = n.version
+            verdict = self.verdicts[i] = _verdict(pod, n, checks)
+            at = self.position.get(i)
+            if verdict[0] or at is None:
+                retotal = True  # feasibility or reasons may have changed
+            else:
+                self.resource[at] = verdict[1]
+        if retotal:
+            self._total()
 
 
 DEFAULT_FRAMEWORK: Final = Framework()

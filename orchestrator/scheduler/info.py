@@ -308,7 +308,8 @@ def _tolerations(spec: Obj) -> tuple[Toleration, ...]:
     )
 
 
-def _owner(meta: Obj) -> str | None:
+def owner_of(meta: Obj) -> str | None:
+    """The uid of the controller among a pod's ownerReferences (metadata), or None."""
     for ref in meta.get("ownerReferences") or ():
         if ref.get("controller"):
             uid = ref.get("uid")
@@ -402,7 +403,7 @@ class PodInfo:
         self.tolerates_not_ready = any(
             tolerates(t, NOT_READY_TAINT, "", "NoSchedule") for t in self.tolerations
         )
-        self.owner = _owner(meta)
+        self.owner = owner_of(meta)
         priority = spec.get("priority")
         self.priority = priority if isinstance(priority, int) else 0
         return self
@@ -438,7 +439,6 @@ class NodeInfo:
         "ephemeral",
         "hard_taints",
         "labels",
-        "memo",
         "memory",
         "name",
         "node",
@@ -480,14 +480,12 @@ class NodeInfo:
     owners: dict[str, int]
     pods: dict[str, PodInfo]
     version: int
-    memo: dict[Any, Any]
 
     def __init__(self, name: str) -> None:
         self.name = name
         # Bumped by every change below (facts or counted pods): what the framework memoizes
-        # per node (`memo`, its own) is valid only while the version it was computed at holds.
+        # about a node is valid only while the version it was computed at holds.
         self.version = 0
-        self.memo = {}
         self.node = None
         self.labels = _EMPTY
         self.alloc_cpu = self.alloc_memory = self.alloc_ephemeral = self.alloc_pods = 0

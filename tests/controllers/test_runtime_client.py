@@ -423,6 +423,27 @@ async def test_a_create_neither_modifies_nor_keeps_its_body() -> None:
         assert stored["status"]["phase"] == "Running"
 
 
+async def test_read_only_creates_share_the_memoized_field_set_and_others_copy_it() -> None:
+    async with api_server(controllers=False) as h:
+        assert h.server.api is not None
+        c = InProcessClient(h.server.api.api, CONTROLLER)
+        body = {
+            "metadata": {"generateName": "p-", "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }
+        with trio.fail_after(30):
+            shared = [await c.create(PODS, body, "default", read_only=True) for _ in range(2)]
+            own = [await c.create(PODS, body, "default") for _ in range(2)]
+
+        def tree(pod: dict[str, Any]) -> Any:
+            (entry,) = pod["metadata"]["managedFields"]
+            return entry["fieldsV1"]
+
+        assert tree(shared[0]) is tree(shared[1])
+        assert tree(own[0]) is not tree(own[1])
+        assert tree(own[0]) == tree(shared[0])
+
+
 def test_an_expectation_is_used_only_for_the_same_bytes() -> None:
     from orchestrator.api.storage import Decoded, encode
     from orchestrator.store.types import KeyValue

@@ -65,6 +65,23 @@ def test_confirm_does_not_double_count() -> None:
     assert node_of(cache, "n").cpu == 100
 
 
+def test_status_updates_of_a_counted_pod_recount_only_a_changed_owner() -> None:
+    cache = cache_with(node("n"))
+    p = bound(pod("a", cpu="100m", owner="web"), "n", phase="Pending")
+    cache.add_pod(p)
+    n = node_of(cache, "n")
+    version = n.version
+    running = {**p, "status": {"phase": "Running", "podIP": "10.0.0.1"}}
+    cache.update_pod(running)  # the same pod on the same node: nothing to recount
+    assert n.version == version
+    assert n.pods["uid-default-a"].pod is running
+    assert (n.cpu, n.pod_count, n.owners) == (100, 1, {"rs-web": 1})
+    adopted = pod("a", cpu="100m", owner="api")  # another controller took it over
+    cache.update_pod(bound(adopted, "n"))
+    assert n.owners == {"rs-api": 1}
+    assert (n.cpu, n.pod_count) == (100, 1)
+
+
 def test_confirm_on_another_node_moves_the_pod() -> None:
     cache = cache_with(node("a"), node("b"))
     p = pod("p", cpu="100m", owner="web")

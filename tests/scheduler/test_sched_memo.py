@@ -99,16 +99,17 @@ def test_memo_is_reused_and_recomputed_only_for_changed_nodes() -> None:
     rng = random.Random(1)
     chosen = DEFAULT_FRAMEWORK.schedule_one(pod("a", cpu="1"), cache, rng, 0.0).node
     assert chosen is not None
-    infos = {n.name: n for n in cache.nodes()}
-    entries = {name: next(iter(n.memo.values())) for name, n in infos.items()}
+    (memo,) = cache.shape_memo.values()
+    verdicts = list(memo.verdicts)
     cache.assume(pod("a", cpu="1"), chosen, 0.0)
     DEFAULT_FRAMEWORK.schedule_one(pod("b", cpu="1"), cache, rng, 0.0)
-    for name, n in infos.items():
-        (entry,) = n.memo.values()
-        assert (entry is entries[name]) == (name != chosen)  # only the changed node recomputed
+    (again,) = cache.shape_memo.values()
+    assert again is memo
+    for n, before, after in zip(memo.order, verdicts, memo.verdicts, strict=True):
+        assert (after is before) == (n.name != chosen)  # only the changed node recomputed
     # A pod the memo does not apply to (it names a node) leaves the memo alone.
     DEFAULT_FRAMEWORK.schedule_one(pod("c", cpu="1", node_name="n0"), cache, rng, 0.0)
-    assert all(len(n.memo) == 1 for n in infos.values())
+    assert list(cache.shape_memo.values()) == [memo]
 
 
 def test_a_tainted_node_keeps_its_reason_in_the_memo() -> None:

@@ -706,11 +706,13 @@ def track_update(
     subresource: str = "",
     ignored: Collection[Path] = (),
     copy: bool = True,
+    share: bool = False,
 ) -> Obj:
     """Record a create/update/patch by `manager`; returns `new` with updated managedFields.
     `copy=False`: the caller gives up `new` and `old`, so the result may share their values
     (the result's top level and metadata are always new dicts; neither `new` nor `old` is
-    modified)."""
+    modified). `share`: nobody will modify the result, so it may also share a memoized
+    FieldsV1 tree (the one every create from one template gets) instead of a copy of it."""
     if not isinstance(new, dict):
         raise bad_request("object must be a JSON object")
     base = _base_entries(old, new, owned=not copy)
@@ -738,7 +740,9 @@ def track_update(
     ]
     if previous is None:
         # The create's tree, if any, is the encoding of its set: no re-encoding.
-        mine = _Entry(manager, "Update", api_version, now, subresource, frozenset(changed), tree)
+        mine = _Entry(
+            manager, "Update", api_version, now, subresource, frozenset(changed), tree, owned=share
+        )
     else:
         fields = (previous.fields | changed) - removed
         mine = previous.with_fields(fields, time=now if changed else previous.time)
