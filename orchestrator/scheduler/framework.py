@@ -676,7 +676,7 @@ class Framework:
                 cache.shape_memo.clear()
             memo = cache.shape_memo[key] = _ShapeMemo(self, pod, nodes, start)
         else:
-            memo.refresh(self, pod)
+            memo.refresh(pod)
         # Every node was visited: the next search starts where this one did, (start + count).
         cache.next_start_index = start
         return list(memo.feasible), dict(memo.reasons), list(memo.resource)
@@ -718,16 +718,17 @@ class _ShapeMemo:
     """`Framework._filter_memo`'s state for one pod shape: over the nodes in search order,
     each one's version and verdict as computed, and what they add up to."""
 
-    __slots__ = ("feasible", "nodes", "order", "position", "reasons", "resource", "start",
-                 "verdicts", "versions")  # fmt: skip
+    __slots__ = ("checks", "feasible", "nodes", "order", "position", "reasons", "resource",
+                 "start", "verdicts", "versions")  # fmt: skip
 
     def __init__(self, framework: Framework, pod: PodInfo, nodes: list[NodeInfo], start: int):
         self.nodes = nodes  # the cache's node list (a new list whenever nodes come or go)
         self.start = start
         self.order = nodes[start:] + nodes[:start]
-        checks = _checks(framework, pod)
+        # The filters specialised for the shape: `prepare` reads only what the key holds.
+        self.checks = _checks(framework, pod)
         self.versions = [n.version for n in self.order]
-        self.verdicts = [_verdict(pod, n, checks) for n in self.order]
+        self.verdicts = [_verdict(pod, n, self.checks) for n in self.order]
         self._total()
 
     def _total(self) -> None:
@@ -743,13 +744,13 @@ class _ShapeMemo:
                 self.feasible.append(n)
                 self.resource.append(score)
 
-    def refresh(self, framework: Framework, pod: PodInfo) -> None:
+    def refresh(self, pod: PodInfo) -> None:
         """Recompute the nodes that changed since; `pod` has this memo's shape."""
         versions = self.versions
         changed = [i for i, n in enumerate(self.order) if n.version != versions[i]]
         if not changed:
             return
-        checks = _checks(framework, pod)
+        checks = self.checks
         retotal = False
         for i in changed:
             n = self.order[i]

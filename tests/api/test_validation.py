@@ -577,3 +577,14 @@ def test_builtin_deployment_schema() -> None:
     assert messages(validate(kind.schema, obj, strict=True)) == [
         "spec.replicas: Invalid value: -1: must be greater than or equal to 0"
     ]
+
+
+def test_name_checks_remember_only_valid_values() -> None:
+    for _ in range(2):  # the second round answers from the remembered valid values
+        assert names.is_dns1123_subdomain("web-1.example") == []
+        assert names.is_dns1123_label("web-1") == []
+        assert names.is_label_value("v1.2_3") == []
+        assert names.is_dns1123_subdomain("Bad_Name") == [names.DNS1123_SUBDOMAIN_MSG]
+        assert names.is_dns1123_label("a.b") == [names.DNS1123_LABEL_MSG]
+        assert names.is_label_value("-x") == [names.LABEL_VALUE_MSG]
+    assert "Bad_Name" not in names._VALID["subdomain"]

@@ -189,7 +189,24 @@ def item_element(item: Any, index: int, keys: list[str], schema: Schema) -> str:
             field = child_schema(items, key)
             if field is not None and "default" in field:
                 found[key] = field["default"]
-    return f"k:{canonical(found)}" if found else f"i:{index}"
+    if not found:
+        return f"i:{index}"
+    if len(found) == 1:
+        ((key, value),) = found.items()
+        if type(value) is str:  # the usual one: a condition's type, a container's name
+            element = _ELEMENTS.get((key, value))
+            if element is None:
+                if len(_ELEMENTS) >= _ELEMENTS_MAX:
+                    _ELEMENTS.clear()
+                element = _ELEMENTS[(key, value)] = f"k:{canonical(found)}"
+            return element
+    return f"k:{canonical(found)}"
+
+
+# Path elements of list items with one string key, by (key, value): canonical JSON is a good
+# part of the cost of computing an update's field set, and the same few keys recur.
+_ELEMENTS: dict[tuple[str, str], str] = {}
+_ELEMENTS_MAX = 4096
 
 
 def is_set_list(schema: Schema) -> bool:

@@ -97,22 +97,46 @@ LABEL_VALUE_MSG = _regex_error(
 )
 
 
+# Values recently found valid, per check: every write checks the same namespace, label keys
+# and values, owner names... again, and a set lookup is several times cheaper than the regex.
+_VALID: dict[str, set[str]] = {}
+_VALID_MAX = 4096  # per check; past it the set starts over
+
+
+def _known_valid(check: str, value: str) -> bool:
+    return value in _VALID.get(check, ())
+
+
+def _valid(check: str, value: str, errs: list[str]) -> list[str]:
+    """Remember `value` passed `check` when `errs` is empty; returns `errs`."""
+    if not errs:
+        seen = _VALID.setdefault(check, set())
+        if len(seen) >= _VALID_MAX:
+            seen.clear()
+        seen.add(value)
+    return errs
+
+
 def is_dns1123_label(value: str) -> list[str]:
+    if _known_valid("label", value):
+        return []
     errs = []
     if len(value) > DNS1123_LABEL_MAX:
         errs.append(_max_len(DNS1123_LABEL_MAX))
     if not _full(_LABEL_RE, value):
         errs.append(DNS1123_LABEL_MSG)
-    return errs
+    return _valid("label", value, errs)
 
 
 def is_dns1123_subdomain(value: str) -> list[str]:
+    if _known_valid("subdomain", value):
+        return []
     errs = []
     if len(value) > DNS1123_SUBDOMAIN_MAX:
         errs.append(_max_len(DNS1123_SUBDOMAIN_MAX))
     if not _full(_SUBDOMAIN_RE, value):
         errs.append(DNS1123_SUBDOMAIN_MSG)
-    return errs
+    return _valid("subdomain", value, errs)
 
 
 def is_dns1035_label(value: str) -> list[str]:
@@ -167,12 +191,14 @@ def is_qualified_name(value: str) -> list[str]:
 
 
 def is_label_value(value: str) -> list[str]:
+    if _known_valid("label value", value):
+        return []
     errs = []
     if len(value) > LABEL_VALUE_MAX:
         errs.append(_max_len(LABEL_VALUE_MAX))
     if not _full(_LABEL_VALUE_RE, value):
         errs.append(LABEL_VALUE_MSG)
-    return errs
+    return _valid("label value", value, errs)
 
 
 def name_errors(value: str, rule: NameRule, *, prefix: bool = False) -> list[str]:
