@@ -342,7 +342,10 @@ class TaintManager(Controller):
         self.clock = clock
         self.pods = informers.informer(PODS)
         self.nodes: SharedInformer = informers.informer(NODES)
-        self.watches(self.pods)
+        # A pod on a node without NoExecute taints has nothing to fear (its reconcile would
+        # return at once), so it is not queued at all; when its node gets tainted, the node's
+        # pods are queued then (`_node_changed`). Every pod write would be queued otherwise.
+        self.watches(self.pods, when=self._on_tainted_node)
         self._first_seen: dict[tuple[str, str], float] = {}  # (node, taint key) without timeAdded
         self.nodes.add_event_handler(
             on_add=self._node_changed,
@@ -350,6 +353,11 @@ class TaintManager(Controller):
         )
         if self.nodes not in self._informers:
             self._informers.append(self.nodes)
+
+    def _on_tainted_node(self, pod: Obj) -> bool:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        node = self.nodes.get(str(node_name)) if node_name else None
+        return node is not None and bool(_no_execute_taints(node))
 
     def _node_changed(self, node: Obj, old: Obj | None = None) -> None:
         taints = _no_execute_taints(node)

@@ -211,6 +211,24 @@ async def test_custom_no_execute_taint_evicts_untolerating_pods(env: Env) -> Non
             nursery.cancel_scope.cancel()
 
 
+async def test_a_pod_arriving_on_an_already_tainted_node_is_evicted(env: Env) -> None:
+    """Pod events are queued only for pods on NoExecute-tainted nodes: one bound to a node
+    that is tainted already must still be seen (and one on an untainted node left alone)."""
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await start_cluster(nursery, env)
+            await env.client.patch(
+                NODES,
+                "node-1",
+                {"spec": {"taints": [{"key": "example.com/drain", "effect": "NoExecute"}]}},
+            )
+            await bound_pod(env, "calm", "node-0")
+            await bound_pod(env, "late", "node-1")
+            await eventually(partial(_gone, env, "late"))
+            assert await env.get_or_none(PODS, "calm", NS) is not None
+            nursery.cancel_scope.cancel()
+
+
 async def test_replicaset_pods_are_recreated_on_a_healthy_node() -> None:
     def factory(ctx: ControllerContext) -> Sequence[Component]:
         return [

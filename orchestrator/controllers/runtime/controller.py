@@ -201,15 +201,23 @@ class Controller:
     def enqueue(self, key: str) -> None:
         self.queue.add(key)
 
-    def watches(self, informer: SharedInformer, key_fn: KeyFn = object_key) -> None:
+    def watches(
+        self,
+        informer: SharedInformer,
+        key_fn: KeyFn = object_key,
+        *,
+        when: Callable[[Obj], bool] | None = None,
+    ) -> None:
         """Enqueue `key_fn(obj)` for every add, update and delete the informer sees (the new
-        state for updates, both old and new when the key changes); `run` waits for its sync."""
+        state for updates, both old and new when the key changes); `run` waits for its sync.
+        `when`: only for the objects it accepts (a cheap test in the event handler that spares
+        the queue the objects whose reconcile would do nothing)."""
         if informer not in self._informers:
             self._informers.append(informer)
 
         def one(obj: Obj) -> None:
             key = key_fn(obj)
-            if key:
+            if key and (when is None or when(obj)):
                 self.queue.add(key)
 
         def updated(old: Obj, new: Obj) -> None:
