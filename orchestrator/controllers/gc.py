@@ -140,6 +140,21 @@ class OwnerRef:
     block: bool = False  # blockOwnerDeletion
 
 
+def _graph_facts(obj: Obj) -> tuple[Any, ...]:
+    """Everything of an object `Graph.observe` reads."""
+    meta = obj.get("metadata") or {}
+    return (
+        obj.get("apiVersion"),
+        obj.get("kind"),
+        meta.get("uid"),
+        meta.get("namespace"),
+        meta.get("name"),
+        meta.get("finalizers"),
+        meta.get("deletionTimestamp"),
+        meta.get("ownerReferences"),
+    )
+
+
 def owner_refs(obj: Obj) -> tuple[OwnerRef, ...]:
     refs = []
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
@@ -379,9 +394,14 @@ class GarbageCollector(Controller):
         self.watched[(res.group, res.plural)] = inf
         inf.add_event_handler(
             on_add=lambda obj: self._work(self.graph.observe(obj)),
-            on_update=lambda _old, new: self._work(self.graph.observe(new)),
+            on_update=self._updated,
             on_delete=lambda obj: self._work(self.graph.forget(obj)),
         )
+
+    def _updated(self, old: Obj, new: Obj) -> None:
+        # Most updates (every status write) change nothing the graph holds: skip them.
+        if _graph_facts(old) != _graph_facts(new):
+            self._work(self.graph.observe(new))
 
     def _work(self, work: Work) -> None:
         for uid in work.delete:

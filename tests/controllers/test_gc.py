@@ -16,7 +16,13 @@ from ctlharness import Env, controller_server, eventually
 
 from orchestrator.client import ResourceInfo
 from orchestrator.controllers.deployment import deployment_controller
-from orchestrator.controllers.gc import FOREGROUND, GarbageCollector, Graph, garbage_collector
+from orchestrator.controllers.gc import (
+    FOREGROUND,
+    GarbageCollector,
+    Graph,
+    _graph_facts,
+    garbage_collector,
+)
 from orchestrator.controllers.replicaset import replicaset_controller
 from orchestrator.controllers.runtime.client import CONFIGMAPS, DEPLOYMENTS, PODS, REPLICASETS
 from orchestrator.controllers.runtime.informer import DeletedFinalStateUnknown
@@ -415,3 +421,20 @@ async def test_deployment_deleted_with_each_policy() -> None:
                 p["metadata"]["ownerReferences"][0]["uid"] == rss[0]["metadata"]["uid"]
                 for p in pods
             )
+
+
+def test_updates_that_change_nothing_the_graph_holds_are_skipped() -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "d", "uid": "u1", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "r1"}]},
+        "status": {"phase": "Pending"},
+    }  # fmt: skip
+    running = {**pod, "status": {"phase": "Running"}}
+    assert _graph_facts(running) == _graph_facts(pod)
+    orphaned = {**pod, "metadata": {**pod["metadata"], "ownerReferences": []}}
+    finalizing = {**pod, "metadata": {**pod["metadata"], "finalizers": ["foregroundDeletion"]}}
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    for changed in (orphaned, finalizing, deleting):
+        assert _graph_facts(changed) != _graph_facts(pod)
