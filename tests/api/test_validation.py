@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.api.errors import invalid
-from orchestrator.api.schema import jsonpath, names
+from orchestrator.api.schema import jsonpath, names, validation
 from orchestrator.api.schema.validation import strict_error, unknown_warnings, validate
 
 CONTAINER = {
@@ -588,3 +588,35 @@ def test_name_checks_remember_only_valid_values() -> None:
         assert names.is_dns1123_label("a.b") == [names.DNS1123_LABEL_MSG]
         assert names.is_label_value("-x") == [names.LABEL_VALUE_MSG]
     assert "Bad_Name" not in names._VALID["subdomain"]
+
+
+def test_the_spec_walk_of_new_objects_is_memoized_with_its_findings() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "n": {"type": "integer", "minimum": 1},
+                    "tags": {"type": "array", "items": {"type": "string"}},
+                    "mode": {"type": "string", "default": "on"},
+                },
+            }
+        },
+    }
+    validation._SPECS.clear()
+    first = validate(schema, {"spec": {"n": 0, "x": 1, "tags": ["a"]}}, strict=False)
+    assert len(validation._SPECS) == 1
+    again = validate(schema, {"spec": {"n": 0, "x": 1, "tags": ["a"]}}, strict=False)
+    assert again.causes == first.causes
+    assert [c.field for c in again.causes] == ["spec.n"]
+    assert again.unknown == first.unknown == ["spec.x"]
+    assert again.obj == first.obj == {"spec": {"n": 0, "tags": ["a"], "mode": "on"}}
+    assert again.obj["spec"] is not first.obj["spec"]  # each caller its own copy
+    first.obj["spec"]["tags"].append("b")
+    again.obj["spec"]["tags"].append("c")
+    third = validate(schema, {"spec": {"n": 0, "x": 1, "tags": ["a"]}}, strict=False)
+    assert third.obj["spec"]["tags"] == ["a"]
+    # A tuple packs like a list but is not an array to the walk: never answered from the memo.
+    odd = validate(schema, {"spec": {"n": 0, "x": 1, "tags": ("a",)}}, strict=False)
+    assert [c.field for c in odd.causes] == ["spec.n", "spec.tags"]

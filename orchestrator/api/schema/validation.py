@@ -40,6 +40,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from ..errors import ApiError, Cause, bad_request
 from ..jsonvalue import copy_json
 from .builders import NAME_KEY, QUANTITY_NAME
@@ -282,6 +284,9 @@ def _plan(s: Schema) -> _Plan:
 
 # -- the walk -------------------------------------------------------------------------------------
 
+SPEC_MEMO_SIZE = 256  # specs of new objects whose walk is remembered (`_Walker._spec`)
+_SPECS: dict[tuple[int, bytes], tuple[Any, Any, list[Cause], list[str]]] = {}
+
 
 class _Walker:
     def __init__(self) -> None:
@@ -358,6 +363,29 @@ class _Walker:
             self._enum(s, out, path)
         return out
 
+    def _spec(self, s: Any, v: dict[str, Any]) -> Any:
+        """`walk(s, v, "spec")` of a new object's spec, memoized: the objects a controller
+        creates from one template have equal specs. The walk depends only on the schema and the
+        value; equal msgpack bytes (`strict_types`: exact JSON types, no tuples or subclasses)
+        mean an equal value. The caller gets a copy of its own (admission defaults it)."""
+        try:
+            text = msgpack.packb(v, strict_types=True)
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            return self.walk(s, v, "spec")
+        ident = (id(s), text)
+        hit = _SPECS.get(ident)
+        if hit is not None and hit[0] is s:
+            self.causes.extend(hit[2])
+            self.unknown.extend(hit[3])
+            return copy_json(hit[1])
+        causes, unknown = len(self.causes), len(self.unknown)
+        out = self.walk(s, v, "spec")
+        if len(_SPECS) >= SPEC_MEMO_SIZE:
+            del _SPECS[next(iter(_SPECS))]
+        # Keeps `s` alive, so its id stays its own while the entry exists.
+        _SPECS[ident] = (s, copy_json(out), self.causes[causes:], self.unknown[unknown:])
+        return out
+
     def _int_or_string(self, s: Schema, v: Any, path: str) -> Any:
         if s.get(NAME_KEY) == QUANTITY_NAME:
             return self._quantity(v, path)
@@ -411,6 +439,9 @@ class _Walker:
                 ov = o.get(k) if o else None
                 if ov is val and k == "managedFields" and path == "metadata" and ov is not None:
                     out[k] = val  # the stored list, shared (see the module doc)
+                    continue
+                if k == "spec" and not path and ov is None and type(val) is dict:
+                    out[k] = self._spec(ps, val)
                     continue
                 out[k] = self.walk(ps, val, _child(path, k), ov)
             elif isinstance(addl, dict):
