@@ -283,7 +283,10 @@ def cleanup_unhealthy(old_rss: list[Obj], max_cleanup: int) -> list[tuple[Obj, i
         if total >= max_cleanup:
             break
         size = replicas_of(rs)
-        if size == 0 or size == _available(rs):
+        # Status may still count more available replicas than the spec now asks for (it lags
+        # a scale-down): then there is nothing unhealthy to clean up, and `size - available`
+        # would be negative, i.e. a scale-up (upstream refuses that case with an error).
+        if size == 0 or size <= _available(rs):
             continue
         down = min(max_cleanup - total, size - _available(rs))
         out.append((rs, size - down))

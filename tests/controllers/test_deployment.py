@@ -20,6 +20,7 @@ from orchestrator.controllers.deployment import (
     DESIRED_REPLICAS_ANNOTATION,
     MAX_REPLICAS_ANNOTATION,
     REVISION_ANNOTATION,
+    cleanup_unhealthy,
     history_to_delete,
     max_surge,
     max_unavailable,
@@ -121,6 +122,16 @@ def test_new_rs_new_replicas_stays_within_surge() -> None:
     assert new_rs_new_replicas(d, [old, new], new) == 5
     old, new = rs("old", 0), rs("new", 9)
     assert new_rs_new_replicas(d, [old, new], new) == 10  # never beyond replicas
+
+
+def test_cleanup_of_unhealthy_old_replicas_never_scales_up() -> None:
+    # Status may lag a scale-down: 3 available of 2 wanted is nothing to clean up (it used
+    # to be a "scale down" to 3).
+    lagging = rs("lagging", 2, available=3, created=1)
+    unhealthy = rs("unhealthy", 4, available=1, created=2)
+    assert cleanup_unhealthy([lagging, unhealthy], 5) == [(unhealthy, 1)]
+    assert cleanup_unhealthy([lagging], 5) == []
+    assert cleanup_unhealthy([unhealthy], 2) == [(unhealthy, 2)]
 
 
 def test_proportional_scaling_like_upstream() -> None:
