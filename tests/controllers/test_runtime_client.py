@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,28 +259,35 @@ async def test_read_only_watchers_share_objects_and_others_get_their_own() -> No
         assert got[2] == got[0]
 
 
-async def test_binding_leaves_the_shared_watch_object_alone() -> None:
-    """Binding reads the pod from the decoded values the read-only watches share: it must write
-    a copy, never the object a watcher holds."""
+@asynccontextmanager
+async def node_and_client() -> AsyncIterator[tuple[InProcessClient, str]]:
+    """An in-process server (no controllers) with Node edge-1, a client of it, and the pods'
+    resourceVersion to watch from."""
     async with api_server(controllers=False) as h:
         assert h.server.api is not None
         c = InProcessClient(h.server.api.api, CONTROLLER)
         with trio.fail_after(30):
             await c.create(NODES, {"metadata": {"name": "edge-1"}})
-            start = (await c.list(PODS, "default"))["metadata"]["resourceVersion"]
-            body = {
-                "metadata": {"name": "p", "namespace": "default"},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-            }
-            got: list[dict[str, Any]] = []
-            async with c.watch(PODS, "default", resource_version=start, read_only=True) as events:
-                pod = await c.create(PODS, body)
-                async for _etype, obj in events:
-                    got.append(obj)
-                    if len(got) == 1:
-                        await c.bind(pod, "edge-1")
-                    else:
-                        break
+            yield c, (await c.list(PODS, "default"))["metadata"]["resourceVersion"]
+
+
+async def test_binding_leaves_the_shared_watch_object_alone() -> None:
+    """Binding reads the pod from the decoded values the read-only watches share: it must write
+    a copy, never the object a watcher holds."""
+    async with node_and_client() as (c, start):
+        body = {
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }
+        got: list[dict[str, Any]] = []
+        async with c.watch(PODS, "default", resource_version=start, read_only=True) as events:
+            pod = await c.create(PODS, body)
+            async for _etype, obj in events:
+                got.append(obj)
+                if len(got) == 1:
+                    await c.bind(pod, "edge-1")
+                else:
+                    break
         seen, after = got
         assert "nodeName" not in seen["spec"]
         assert seen["metadata"]["resourceVersion"] == pod["metadata"]["resourceVersion"]
@@ -289,34 +297,29 @@ async def test_binding_leaves_the_shared_watch_object_alone() -> None:
 async def test_read_only_writes_hand_their_object_to_the_read_only_watches() -> None:
     """A write made with `read_only=True` (and a binding) gives the read-only watchers the
     object it stored instead of a decode of it: the same parts, equal to a fresh decode."""
-    async with api_server(controllers=False) as h:
-        assert h.server.api is not None
-        c = InProcessClient(h.server.api.api, CONTROLLER)
-        with trio.fail_after(30):
-            await c.create(NODES, {"metadata": {"name": "edge-1"}})
-            start = (await c.list(PODS, "default"))["metadata"]["resourceVersion"]
-            body = {
-                "metadata": {"name": "p", "namespace": "default", "labels": {"app": "a"}},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-            }
-            got: list[dict[str, Any]] = []
-            replies: list[dict[str, Any]] = []
-            async with c.watch(PODS, "default", resource_version=start, read_only=True) as events:
-                replies.append(await c.create(PODS, body, read_only=True))
-                async for _etype, obj in events:
-                    got.append(obj)
-                    if len(got) == 1:
-                        await c.bind(replies[0], "edge-1")
-                    elif len(got) == 2:
-                        status = {"status": {"phase": "Running", "podIP": "10.0.0.7"}}
-                        replies.append(
-                            await c.patch(
-                                PODS, "p", status, "default", subresource="status", read_only=True
-                            )
+    async with node_and_client() as (c, start):
+        body = {
+            "metadata": {"name": "p", "namespace": "default", "labels": {"app": "a"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }
+        got: list[dict[str, Any]] = []
+        replies: list[dict[str, Any]] = []
+        async with c.watch(PODS, "default", resource_version=start, read_only=True) as events:
+            replies.append(await c.create(PODS, body, read_only=True))
+            async for _etype, obj in events:
+                got.append(obj)
+                if len(got) == 1:
+                    await c.bind(replies[0], "edge-1")
+                elif len(got) == 2:
+                    status = {"status": {"phase": "Running", "podIP": "10.0.0.7"}}
+                    replies.append(
+                        await c.patch(
+                            PODS, "p", status, "default", subresource="status", read_only=True
                         )
-                    else:
-                        break
-            fresh = await c.get(PODS, "p", "default")
+                    )
+                else:
+                    break
+        fresh = await c.get(PODS, "p", "default")
         created, bound, running = got
         assert created["spec"] is replies[0]["spec"]  # the stored object, not a decode
         assert running["status"] is replies[1]["status"]

@@ -4,6 +4,8 @@ database read is added only when no write was applied after it."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -47,7 +49,9 @@ def test_latest_write_wins_deletes_are_remembered_and_size_is_bounded(monkeypatc
     assert s._recent_bytes == 7
 
 
-async def test_local_gets_see_every_applied_write(tmp_path: Path) -> None:
+@asynccontextmanager
+async def lone_store(tmp_path: Path) -> AsyncIterator[RaftStore]:
+    """A one-server store that leads, cancelled on exit."""
     cfg = NodeConfig(
         node_id=1, data_dir=tmp_path, peer_listen="127.0.0.1:0", founders={1: "127.0.0.1:0"}
     )
@@ -56,32 +60,37 @@ async def test_local_gets_see_every_applied_write(tmp_path: Path) -> None:
         await nursery.start(store.run)
         with trio.fail_after(10):
             await store.node.wait_leader()
-            first = await store.create("/k", b"v1")
-            assert "/k" in store._recent
-            assert await store.get("/k", linearizable=False) == first
-            second = await store.update("/k", b"v2", expected_mod_revision=first.mod_revision)
-            kv = await store.get("/k", linearizable=False)
-            assert kv == second
-            assert kv is not None
-            assert kv.value == b"v2"
-            assert kv == await store.get("/k")  # the same as the linearizable database read
-            await store.delete("/k")
-            assert await store.get("/k", linearizable=False) is None
-            assert await store.get("/k") is None
-            # A key not written since start-up is read from the database, once: no write was
-            # applied after that read, so what it found (nothing) is the key's live state.
-            assert "/other" not in store._recent
-            assert await store.get("/other", linearizable=False) is None
-            assert "/other" in store._recent
-            assert store._recent["/other"] is None
-            made = await store.create("/other", b"x")
-            assert await store.get("/other", linearizable=False) == made
-            store._on_snapshot()
-            assert store._recent == {}
-            # After a snapshot, nothing read is added until an applied write names the revision.
-            assert await store.get("/other", linearizable=False) == made
-            assert store._recent == {}
+            yield store
         nursery.cancel_scope.cancel()
+
+
+async def test_local_gets_see_every_applied_write(tmp_path: Path) -> None:
+    async with lone_store(tmp_path) as store:
+        first = await store.create("/k", b"v1")
+        assert "/k" in store._recent
+        assert await store.get("/k", linearizable=False) == first
+        second = await store.update("/k", b"v2", expected_mod_revision=first.mod_revision)
+        kv = await store.get("/k", linearizable=False)
+        assert kv == second
+        assert kv is not None
+        assert kv.value == b"v2"
+        assert kv == await store.get("/k")  # the same as the linearizable database read
+        await store.delete("/k")
+        assert await store.get("/k", linearizable=False) is None
+        assert await store.get("/k") is None
+        # A key not written since start-up is read from the database, once: no write was
+        # applied after that read, so what it found (nothing) is the key's live state.
+        assert "/other" not in store._recent
+        assert await store.get("/other", linearizable=False) is None
+        assert "/other" in store._recent
+        assert store._recent["/other"] is None
+        made = await store.create("/other", b"x")
+        assert await store.get("/other", linearizable=False) == made
+        store._on_snapshot()
+        assert store._recent == {}
+        # After a snapshot, nothing read is added until an applied write names the revision.
+        assert await store.get("/other", linearizable=False) == made
+        assert store._recent == {}
 
 
 def test_a_database_read_is_added_only_if_no_write_was_applied_after_it() -> None:
@@ -109,30 +118,22 @@ def test_a_database_read_is_added_only_if_no_write_was_applied_after_it() -> Non
 async def test_namespace_like_keys_are_read_from_the_database_once(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
-    cfg = NodeConfig(
-        node_id=1, data_dir=tmp_path, peer_listen="127.0.0.1:0", founders={1: "127.0.0.1:0"}
-    )
-    store = RaftStore(RaftNode(cfg, lambda d: open_store(d, quota_bytes=2**30)))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(store.run)
-        with trio.fail_after(10):
-            await store.node.wait_leader()
-            ns = await store.create("/ns/default", b"namespace")
-            monkeypatch.setattr(raftstore, "RECENT_KEYS", 4)
-            for i in range(6):  # the namespace's write is pushed out of the recent values
-                await store.create(f"/pods/p{i}", b"pod")
-            assert "/ns/default" not in store._recent
-            reads = 0
-            real = store._read
+    async with lone_store(tmp_path) as store:
+        ns = await store.create("/ns/default", b"namespace")
+        monkeypatch.setattr(raftstore, "RECENT_KEYS", 4)
+        for i in range(6):  # the namespace's write is pushed out of the recent values
+            await store.create(f"/pods/p{i}", b"pod")
+        assert "/ns/default" not in store._recent
+        reads = 0
+        real = store._read
 
-            async def counting(*args: Any) -> Any:
-                nonlocal reads
-                reads += 1
-                return await real(*args)
+        async def counting(*args: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await real(*args)
 
-            store._read = counting  # type: ignore[method-assign]
-            for i in range(3):
-                assert await store.get("/ns/default", linearizable=False) == ns
-                await store.create(f"/pods/q{i}", b"pod")  # writes to other keys meanwhile
-            assert reads == 1
-        nursery.cancel_scope.cancel()
+        store._read = counting  # type: ignore[method-assign]
+        for i in range(3):
+            assert await store.get("/ns/default", linearizable=False) == ns
+            await store.create(f"/pods/q{i}", b"pod")  # writes to other keys meanwhile
+        assert reads == 1
