@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_mvcc import Node
+from test_mvcc import Node, dump  # its dump leaves out the applied index, as batching needs
 
 from orchestrator.raft.statemachine import BATCH_TAG, pack_batch, unpack_batch
 from orchestrator.raft.types import ConfChange, ConfChangeType, Entry, EntryType
@@ -77,22 +76,6 @@ def twin(tmp_path: Path) -> Iterator[Log]:
     lg = Log(tmp_path / "b.db")
     yield lg
     lg.close()
-
-
-def dump(path: Path) -> dict[str, list[Any]]:
-    """Every row of the store's tables through a second connection (meta without the applied
-    index, which differs between a batched and an unbatched log of the same commands)."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        out = {
-            t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in ("kv", "history")
-        }
-        out["meta"] = conn.execute(
-            "SELECT revision, compact_revision, logical_bytes FROM meta"
-        ).fetchall()
-        return out
-    finally:
-        conn.close()
 
 
 def norm(result: Any) -> Any:

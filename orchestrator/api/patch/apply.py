@@ -221,8 +221,9 @@ def decode_managed_fields(value: Any, *, stored: bool = False, owned: bool = Fal
         manager, api_version = _text(raw, "manager"), _text(raw, "apiVersion")
         time, subresource = _text(raw, "time"), _text(raw, "subresource")
         if stored and isinstance(tree, dict):  # decoded when needed (see `_Entry`)
-            entry = _Entry(manager, operation, api_version, time, subresource, None, tree)
-            entry.owned = owned
+            entry = _Entry(
+                manager, operation, api_version, time, subresource, None, tree, owned=owned
+            )
         else:
             fields = decode_fields_v1(tree)
             entry = _Entry(manager, operation, api_version, time, subresource, fields)

@@ -10,9 +10,11 @@ crash); `generate_name` takes its RNG as an argument.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from ..errors import Cause
@@ -103,40 +105,49 @@ _VALID: dict[str, set[str]] = {}
 _VALID_MAX = 4096  # per check; past it the set starts over
 
 
-def _known_valid(check: str, value: str) -> bool:
-    return value in _VALID.get(check, ())
+def _remember_valid(
+    check: str,
+) -> Callable[[Callable[[str], list[str]]], Callable[[str], list[str]]]:
+    """Answer `[]` at once for a value the decorated check passed before (errors are not
+    remembered: a new list each time, as callers may extend it)."""
 
-
-def _valid(check: str, value: str, errs: list[str]) -> list[str]:
-    """Remember `value` passed `check` when `errs` is empty; returns `errs`."""
-    if not errs:
+    def wrap(fn: Callable[[str], list[str]]) -> Callable[[str], list[str]]:
         seen = _VALID.setdefault(check, set())
-        if len(seen) >= _VALID_MAX:
-            seen.clear()
-        seen.add(value)
-    return errs
+
+        @functools.wraps(fn)
+        def checked(value: str) -> list[str]:
+            if value in seen:
+                return []
+            errs = fn(value)
+            if not errs:
+                if len(seen) >= _VALID_MAX:
+                    seen.clear()
+                seen.add(value)
+            return errs
+
+        return checked
+
+    return wrap
 
 
+@_remember_valid("label")
 def is_dns1123_label(value: str) -> list[str]:
-    if _known_valid("label", value):
-        return []
     errs = []
     if len(value) > DNS1123_LABEL_MAX:
         errs.append(_max_len(DNS1123_LABEL_MAX))
     if not _full(_LABEL_RE, value):
         errs.append(DNS1123_LABEL_MSG)
-    return _valid("label", value, errs)
+    return errs
 
 
+@_remember_valid("subdomain")
 def is_dns1123_subdomain(value: str) -> list[str]:
-    if _known_valid("subdomain", value):
-        return []
     errs = []
     if len(value) > DNS1123_SUBDOMAIN_MAX:
         errs.append(_max_len(DNS1123_SUBDOMAIN_MAX))
     if not _full(_SUBDOMAIN_RE, value):
         errs.append(DNS1123_SUBDOMAIN_MSG)
-    return _valid("subdomain", value, errs)
+    return errs
 
 
 def is_dns1035_label(value: str) -> list[str]:
@@ -190,15 +201,14 @@ def is_qualified_name(value: str) -> list[str]:
     return errs
 
 
+@_remember_valid("label value")
 def is_label_value(value: str) -> list[str]:
-    if _known_valid("label value", value):
-        return []
     errs = []
     if len(value) > LABEL_VALUE_MAX:
         errs.append(_max_len(LABEL_VALUE_MAX))
     if not _full(_LABEL_VALUE_RE, value):
         errs.append(LABEL_VALUE_MSG)
-    return _valid("label value", value, errs)
+    return errs
 
 
 def name_errors(value: str, rule: NameRule, *, prefix: bool = False) -> list[str]:
