@@ -620,3 +620,61 @@ def test_the_spec_walk_of_new_objects_is_memoized_with_its_findings() -> None:
     # A tuple packs like a list but is not an array to the walk: never answered from the memo.
     odd = validate(schema, {"spec": {"n": 0, "x": 1, "tags": ("a",)}}, strict=False)
     assert [c.field for c in odd.causes] == ["spec.n", "spec.tags"]
+
+
+LEAVES: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "phase": {"type": "string", "enum": ["Pending", "Running"]},
+        "since": {"type": "string", "format": "date-time"},
+        "ready": {"type": "boolean"},
+        "count": {"type": "integer"},
+        "items": {
+            "type": "array",
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "items": {"type": "object", "properties": {"name": {"type": "string"}}},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"phase": "Running", "since": "2025-01-01T00:00:00Z", "ready": True, "count": 2}, []),
+        (
+            {"phase": "Gone"},
+            ['phase: Unsupported value: "Gone": supported values: "Pending", "Running"'],
+        ),
+        (
+            {"since": "2025-13-01T00:00:00Z"},
+            [
+                'since: Invalid value: "2025-13-01T00:00:00Z": since in body must be of type '
+                'date-time: "2025-13-01T00:00:00Z"'
+            ],
+        ),
+        (
+            {"ready": 1},
+            ['ready: Invalid value: "integer": ready in body must be of type boolean: "integer"'],
+        ),
+        (
+            {"count": True},
+            ['count: Invalid value: "boolean": count in body must be of type integer: "boolean"'],
+        ),
+        ({"items": [{"name": "a"}, {"name": "b"}]}, []),
+        (
+            {"items": [{"name": "a"}, {"name": "b"}, {"name": "a"}]},
+            ['items[2]: Duplicate value: {"name":"a"}'],
+        ),
+        ({"items": [{}, {"name": "a"}, {}]}, ["items[2]: Duplicate value: {}"]),
+    ],
+)
+def test_leaves_and_single_key_lists_take_the_short_way_to_the_same_findings(
+    value: dict[str, Any], expected: list[str]
+) -> None:
+    """Plain leaves (a type, an enum, the date-time format) and single-key list maps are checked
+    without a full walk; the findings are the full walk's."""
+    v = validate(LEAVES, value, strict=True)
+    assert messages(v) == expected
+    assert v.obj == value

@@ -176,7 +176,8 @@ def default_pod(pod: Obj) -> None:
     _default_tolerations(spec)
     status = ensure(pod, "status")
     status.setdefault("phase", "Pending")
-    status.setdefault("qosClass", qos_class(spec))
+    if "qosClass" not in status:
+        status["qosClass"] = qos_class(spec)
 
 
 # -- validation ------------------------------------------------------------------------------

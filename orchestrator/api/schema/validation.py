@@ -37,6 +37,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,6 +160,9 @@ def _unique_key(v: Any) -> Any:
     return _canon(v)
 
 
+_ABSENT = ("absent",)  # the single-key `seen` entry of an item without the key
+
+
 def _number(x: Any) -> float | int | None:
     if isinstance(x, bool) or not isinstance(x, int | float):
         return None
@@ -230,6 +234,7 @@ class _Plan:
         "embedded",
         "enum",
         "int_or_string",
+        "leaves",
         "nullable",
         "numeric_checks",
         "preserve",
@@ -267,6 +272,36 @@ class _Plan:
         self.required = (
             [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
         )
+        # Properties whose value is valid as it is when of this exact type (and, for some, passes
+        # one cheap test): a string, boolean or integer with no other check that could fire, or
+        # a string whose only check is an enum or the date-time format. Most of an object's
+        # leaves; kept without a walk. A value that fails goes the long way, for the error.
+        self.leaves: dict[str, tuple[type, Callable[[Any], bool] | None]] = {}
+        for k, ps in self.props.items():
+            if isinstance(ps, dict) and not ps.get("nullable") and ps.get("type") in _LEAF_TYPES:
+                leaf = _leaf_test(ps)
+                if leaf is not None:
+                    self.leaves[k] = leaf
+
+
+_LEAF_TYPES: dict[str, type] = {"string": str, "boolean": bool, "integer": int}
+
+
+def _leaf_test(s: Schema) -> tuple[type, Callable[[Any], bool] | None] | None:
+    """(exact type, test or None) that proves a value of the leaf schema `s` valid, if any."""
+    p = _Plan(s)
+    if p.int_or_string or p.preserve or (p.numeric_checks and p.type != "string"):
+        return None
+    if p.string_checks:
+        if p.enum or set(s) & {"maxLength", "minLength", "pattern"} or s["format"] != "date-time":
+            return None
+        return str, _valid_date_time
+    if p.enum:
+        enum = s["enum"]
+        if p.type != "string" or not all(type(e) is str for e in enum):
+            return None
+        return str, frozenset(enum).__contains__
+    return _LEAF_TYPES[p.type], None
 
 
 _PLANS: dict[int, _Plan] = {}
@@ -427,13 +462,17 @@ class _Walker:
     def _object(
         self, p: _Plan, v: dict[str, Any], path: str, o: dict[str, Any] | None
     ) -> dict[str, Any]:
-        props, addl, embedded, preserve = p.props, p.addl, p.embedded, p.preserve
+        props, addl, embedded, preserve, leaves = p.props, p.addl, p.embedded, p.preserve, p.leaves
         out: dict[str, Any] = {}
         for k, val in v.items():
             if not isinstance(k, str):
                 continue
             ps = props.get(k)
             if ps is not None:
+                leaf = leaves.get(k)
+                if leaf is not None and type(val) is leaf[0] and (leaf[1] is None or leaf[1](val)):
+                    out[k] = val
+                    continue
                 if val is None and not (isinstance(ps, dict) and ps.get("nullable") is True):
                     continue  # a null is an absent field
                 ov = o.get(k) if o else None
@@ -503,12 +542,22 @@ class _Walker:
             keys = s.get("x-kubernetes-list-map-keys")
             if isinstance(keys, list) and keys:
                 seen = set()
+                one = keys[0] if len(keys) == 1 and isinstance(keys[0], str) else None
                 for i, x in enumerate(out):
                     if not isinstance(x, dict):
                         continue
-                    key_map = {k: x[k] for k in keys if isinstance(k, str) and k in x}
-                    c = tuple(sorted((k, _unique_key(val)) for k, val in key_map.items()))
+                    if one is not None:  # the usual single key: no dict, sort or tuple
+                        c = _unique_key(x[one]) if one in x else _ABSENT
+                    else:
+                        c = tuple(
+                            sorted(
+                                (k, _unique_key(x[k]))
+                                for k in keys
+                                if isinstance(k, str) and k in x
+                            )
+                        )
                     if c in seen:
+                        key_map = {k: x[k] for k in keys if isinstance(k, str) and k in x}
                         self.causes.append(
                             Cause(
                                 _index(path, i),
