@@ -270,6 +270,23 @@ def test_role_table(user: User, attrs: tuple[str, ...], ok: bool) -> None:
     assert allowed(user, *attrs) is ok
 
 
+def test_remembered_decisions_tell_names_and_users_apart() -> None:
+    """Decisions are remembered; the key keeps what a rule reads: a node's own name or
+    another's, and the node itself."""
+    n2 = User("system:node:n2", NODE.groups)
+    lease = ("update", "coordination.k8s.io", "leases", "", "kube-node-lease")
+    for _ in range(2):
+        assert allowed(NODE, *lease, "n1")
+        assert not allowed(NODE, *lease, "n2")
+        assert not allowed(NODE, *lease, "n3")
+        assert allowed(n2, *lease, "n2")
+        assert not allowed(n2, *lease, "n1")
+        assert not allowed(FAKE_NODE, *lease, "n1")
+        assert CTRL.groups == NOBODY.groups  # the name alone makes a controller
+        assert allowed(CTRL, "create", "", "pods", "", "default")
+        assert not allowed(NOBODY, "create", "", "pods", "", "default")
+
+
 def test_forbidden_messages() -> None:
     with pytest.raises(ApiError) as info:
         authorize(VIEWER, Attributes("get", "", "secrets", "", "default", "s"))

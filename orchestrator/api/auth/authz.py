@@ -215,7 +215,32 @@ def roles_of(user: User) -> list[str]:
 
 def allowed(user: User, attrs: Attributes) -> bool:
     node = node_name(user)
-    return any(rule.matches(attrs, node) for role in roles_of(user) for rule in ROLES[role])
+    # The roles are fixed, so a decision depends only on the user and the attributes; and a
+    # rule reads the name only to compare it with the node's own (`own_name`). Remembered:
+    # every write asks, and most ask what was asked just before.
+    name = attrs.name
+    key = (
+        user.name,
+        user.groups,
+        attrs.verb,
+        attrs.group,
+        attrs.resource,
+        attrs.subresource,
+        attrs.namespace,
+        0 if not name else 1 if name == node else 2,
+        attrs.path,
+    )
+    decision = _DECISIONS.get(key)
+    if decision is None:
+        decision = any(rule.matches(attrs, node) for role in roles_of(user) for rule in ROLES[role])
+        if len(_DECISIONS) >= _DECISIONS_MAX:
+            _DECISIONS.clear()
+        _DECISIONS[key] = decision
+    return decision
+
+
+_DECISIONS: dict[tuple[Any, ...], bool] = {}
+_DECISIONS_MAX = 4096
 
 
 def authorize(user: User, attrs: Attributes) -> None:

@@ -21,6 +21,8 @@ Schema = Mapping[str, Any] | None
 
 def json_equal(a: Any, b: Any) -> bool:
     """JSON equality: bools are not numbers, ints are not floats, dict order does not matter."""
+    if a is b:  # a subtree shared with the stored object (and a NaN is the same NaN)
+        return True
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
     if isinstance(a, dict):

@@ -216,13 +216,19 @@ def is_set_list(schema: Schema) -> bool:
     return "merge" in patch_strategies(schema) and patch_merge_key(schema) is None
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Member]) -> None:
     if isinstance(value, dict):
         if path and is_atomic_map(schema):
             out[path] = Member(True, value)
             return
         for key, child in value.items():
-            _walk_field(child, key, schema, (*path, f"f:{key}"), out)
+            if type(child) in _SCALARS:  # what `_walk_field` makes of it, without the schema
+                out[(*path, f"f:{key}")] = Member(True, child)
+            else:
+                _walk_field(child, key, schema, (*path, f"f:{key}"), out)
         return
     if isinstance(value, list) and path:
         keys = list_keys(schema)
