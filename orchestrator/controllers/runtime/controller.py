@@ -221,9 +221,11 @@ class Controller:
                 self.queue.add(key)
 
         def updated(old: Obj, new: Obj) -> None:
-            one(new)
+            key = key_fn(new)
+            if key and (when is None or when(new)):
+                self.queue.add(key)
             old_key = key_fn(old)
-            if old_key and old_key != key_fn(new):
+            if old_key and old_key != key:
                 self.queue.add(old_key)
 
         informer.add_event_handler(

@@ -227,17 +227,21 @@ class SharedInformer:
 
     def _index(self, key: str, obj: Obj | None, old: Obj | None) -> None:
         for name, fn in self._indexers.items():
+            values = () if obj is None else fn(obj)
+            if old is not None:
+                before = fn(old)
+                if before == values:
+                    continue  # the usual update (a status write): the index stays as it is
             index = self._indices[name]
             if old is not None:
-                for value in fn(old):
+                for value in before:
                     keys = index.get(value)
                     if keys is not None:
                         keys.discard(key)
                         if not keys:
                             del index[value]
-            if obj is not None:
-                for value in fn(obj):
-                    index.setdefault(value, set()).add(key)
+            for value in values:
+                index.setdefault(value, set()).add(key)
 
     # ------------------------------------------------------------------ handlers
     def add_event_handler(
