@@ -57,6 +57,7 @@ drops the work (the pod is gone).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import logging
@@ -286,7 +287,6 @@ class SimulatedNode:
             cname = str(c.get("name") or "")
             image = str(c.get("image") or "")
             cid = hashlib.sha256(f"{uid}/{cname}".encode()).hexdigest()
-            image_digest = hashlib.sha256(image.encode()).hexdigest()
             statuses.append(
                 {
                     "name": cname,
@@ -295,7 +295,7 @@ class SimulatedNode:
                     "restartCount": 0,
                     "state": {"running": {"startedAt": stamp}},
                     "image": image,
-                    "imageID": f"{image.split('@')[0]}@sha256:{image_digest}",
+                    "imageID": _image_id(image),
                     "containerID": f"simulated://{cid}",
                 }
             )
@@ -678,6 +678,11 @@ class _Engine:
                 nursery.start_soon(self._worker)
             await nursery.start(self._watch_loop)
             task_status.started()
+
+
+@functools.lru_cache(maxsize=256)  # pure; a few images for thousands of pods
+def _image_id(image: str) -> str:
+    return f"{image.split('@')[0]}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
 
 
 def _all_ready(status: Mapping[str, Any]) -> bool:

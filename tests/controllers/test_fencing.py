@@ -40,6 +40,14 @@ def test_fenced_is_a_no_op_without_a_term() -> None:
         assert current_fence() is None
     with fenced(7):
         assert current_fence() == 7
+        with fenced(8):
+            assert current_fence() == 8
+        with fenced(None):  # no term: the enclosing fence still holds
+            assert current_fence() == 7
+        assert current_fence() == 7
+    assert current_fence() is None
+    with pytest.raises(KeyError), fenced(9):
+        raise KeyError  # an error leaves the block unfenced too
     assert current_fence() is None
 
 
