@@ -325,8 +325,11 @@ def _diff_members(
         else:
             before = {}
         after = _field_members(nv, key, schema, sub, subresource, ignored)
-        changed.update(p for p, m in after.items() if _changed(before.get(p), m))
-        removed.update(p for p in before if p not in after)
+        if before:
+            changed.update(p for p, m in after.items() if _changed(before.get(p), m))
+            removed.update(p for p in before if p not in after)
+        else:  # a new field: all its members are (`_changed(None, m)`)
+            changed.update(after)
     for key, ov in old.items():
         if key not in new:
             sub = (*path, f"f:{key}")
@@ -385,9 +388,10 @@ def _field_members(
 ) -> dict[Path, Member]:
     """The (not ignored) members a granular map's field `key` with `value` contributes."""
     found = member_of_field(value, key, schema, sub)
-    if not ignored and sub[0] != "f:metadata" and not _is_ignored(sub, subresource, ignored):
+    if not ignored and sub[0] != "f:metadata":
         # `_is_ignored` reads only a path's first element (and the second under metadata) and
-        # the `ignored` prefixes, so under a kept field outside metadata nothing is ignored.
+        # the `ignored` prefixes, so under a kept field outside metadata nothing is ignored
+        # (and callers pass a kept field: `_diff_members` skips ignored ones).
         return found
     return {p: m for p, m in found.items() if not _is_ignored(p, subresource, ignored)}
 

@@ -217,16 +217,26 @@ def is_set_list(schema: Schema) -> bool:
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_CONTAINER = Member(False, None)
+
+
+def _leaf(value: Any) -> Member:
+    # `Member(True, value)` without the named tuple's Python-level `__new__` (one per member of
+    # every written object).
+    return _NEW_MEMBER(Member, (True, value))
+
+
+_NEW_MEMBER = tuple.__new__
 
 
 def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Member]) -> None:
     if isinstance(value, dict):
         if path and is_atomic_map(schema):
-            out[path] = Member(True, value)
+            out[path] = _leaf(value)
             return
         for key, child in value.items():
             if type(child) in _SCALARS:  # what `_walk_field` makes of it, without the schema
-                out[(*path, f"f:{key}")] = Member(True, child)
+                out[(*path, f"f:{key}")] = _leaf(child)
             else:
                 _walk_field(child, key, schema, (*path, f"f:{key}"), out)
         return
@@ -239,16 +249,16 @@ def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Member]) -> No
                 sub = (*path, element)
                 if element.startswith("k:"):
                     _walk(item, items, sub, out)
-                    out[sub] = Member(False, None)
+                    out[sub] = _CONTAINER
                 else:
-                    out[sub] = Member(True, item)
+                    out[sub] = _leaf(item)
             return
         if is_set_list(schema):
             for item in value:
-                out[(*path, f"v:{canonical(item)}")] = Member(True, item)
+                out[(*path, f"v:{canonical(item)}")] = _leaf(item)
             return
     if path:
-        out[path] = Member(True, value)
+        out[path] = _leaf(value)
 
 
 def _walk_field(child: Any, key: str, schema: Schema, sub: Path, out: dict[Path, Member]) -> None:
