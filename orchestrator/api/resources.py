@@ -32,7 +32,7 @@ from typing import Any
 
 from . import errors
 from .auth.authn import User
-from .auth.authz import Attributes, admit_node, authorize, may_write_status
+from .auth.authz import admit_node, authorize_resource, may_write_status
 from .errors import ApiError, Cause
 from .jsonvalue import copy_json
 from .patch.apply import server_side_apply, track_update
@@ -161,7 +161,7 @@ class Api:
     def _authorize(
         self, call: Call, verb: str, kind: Kind, ns: str, name: str = "", sub: str = ""
     ) -> None:
-        authorize(call.user, Attributes(verb, kind.group, kind.plural, sub, ns, name, ""))
+        authorize_resource(call.user, verb, kind.group, kind.plural, sub, ns, name)
         if sub == "status" and verb in ("update", "patch") and not may_write_status(call.user):
             raise errors.forbidden(
                 call.user.name, verb, f"{kind.plural}/status", kind.group, ns, name

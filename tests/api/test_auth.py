@@ -29,6 +29,7 @@ from orchestrator.api.auth import (
     write_kubeconfig,
 )
 from orchestrator.api.auth.authn import bearer_token, user_from_certificate
+from orchestrator.api.auth.authz import authorize_resource
 from orchestrator.api.auth.tokens import BOOTSTRAP_RE
 from orchestrator.api.errors import ApiError
 
@@ -285,6 +286,10 @@ def test_remembered_decisions_tell_names_and_users_apart() -> None:
         assert CTRL.groups == NOBODY.groups  # the name alone makes a controller
         assert allowed(CTRL, "create", "", "pods", "", "default")
         assert not allowed(NOBODY, "create", "", "pods", "", "default")
+        # The API server's path asks with the parts, not an Attributes, and agrees.
+        assert outcome(authorize_resource, NODE, *lease, "n1") == 200
+        assert outcome(authorize_resource, NODE, *lease, "n2") == 403
+        assert outcome(authorize_resource, NOBODY, "create", "", "pods", "", "default", "") == 403
 
 
 def test_forbidden_messages() -> None:

@@ -41,6 +41,7 @@ nodes (nodes further narrowed by `admit_node`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -213,25 +214,24 @@ def roles_of(user: User) -> list[str]:
     return roles
 
 
+def _decision_key(
+    user: User, verb: str, group: str, resource: str, sub: str, ns: str, name: str, path: str
+) -> tuple[Any, ...]:
+    """What a decision depends on. The roles are fixed, so only the user and the attributes;
+    and a rule reads the name only to compare it with the node's own (`own_name`)."""
+    who = 0 if not name else 1 if name == node_name(user) else 2
+    return (user.name, user.groups, verb, group, resource, sub, ns, who, path)
+
+
 def allowed(user: User, attrs: Attributes) -> bool:
-    node = node_name(user)
-    # The roles are fixed, so a decision depends only on the user and the attributes; and a
-    # rule reads the name only to compare it with the node's own (`own_name`). Remembered:
-    # every write asks, and most ask what was asked just before.
-    name = attrs.name
-    key = (
-        user.name,
-        user.groups,
-        attrs.verb,
-        attrs.group,
-        attrs.resource,
-        attrs.subresource,
-        attrs.namespace,
-        0 if not name else 1 if name == node else 2,
-        attrs.path,
+    # Remembered: every write asks, and most ask what was asked just before.
+    a = attrs
+    key = _decision_key(
+        user, a.verb, a.group, a.resource, a.subresource, a.namespace, a.name, a.path
     )
     decision = _DECISIONS.get(key)
     if decision is None:
+        node = node_name(user)
         decision = any(rule.matches(attrs, node) for role in roles_of(user) for rule in ROLES[role])
         if len(_DECISIONS) >= _DECISIONS_MAX:
             _DECISIONS.clear()
@@ -241,6 +241,15 @@ def allowed(user: User, attrs: Attributes) -> bool:
 
 _DECISIONS: dict[tuple[Any, ...], bool] = {}
 _DECISIONS_MAX = 4096
+
+
+def authorize_resource(
+    user: User, verb: str, group: str, resource: str, sub: str, ns: str, name: str
+) -> None:
+    """`authorize(user, Attributes(verb, group, resource, sub, ns, name))`, without building
+    the attributes when the decision is remembered as allowed (the API server's every call)."""
+    if not _DECISIONS.get(_decision_key(user, verb, group, resource, sub, ns, name, "")):
+        authorize(user, Attributes(verb, group, resource, sub, ns, name, ""))
 
 
 def authorize(user: User, attrs: Attributes) -> None:
@@ -264,6 +273,7 @@ def authorize(user: User, attrs: Attributes) -> None:
     raise err
 
 
+@functools.lru_cache(maxsize=1024)  # pure: users are immutable and the roles fixed
 def may_write_status(user: User) -> bool:
     """Only system identities write status: masters, controllers, nodes (see `admit_node`)."""
     return MASTERS in user.groups or "controller" in roles_of(user) or node_name(user) is not None

@@ -301,7 +301,7 @@ def _leaf_test(s: Schema) -> tuple[type, Callable[[Any], bool] | None] | None:
         if p.type != "string" or not all(type(e) is str for e in enum):
             return None
         return str, frozenset(enum).__contains__
-    return _LEAF_TYPES[p.type], None
+    return _LEAF_TYPES[s["type"]], None
 
 
 _PLANS: dict[int, _Plan] = {}

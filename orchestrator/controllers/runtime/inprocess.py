@@ -53,9 +53,12 @@ class InProcessClient:
         self.user = user
         self.field_manager = field_manager
         self.fence_term = fence_term
+        # Immutable, so made once instead of per call.
+        self._opts = WriteOptions(False, field_manager, "Strict", False)
+        self._forced = WriteOptions(False, field_manager, "Strict", True)
 
     def _call(self, *, force: bool = False, read_only: bool = False) -> Call:
-        opts = WriteOptions(False, self.field_manager, "Strict", force)
+        opts = self._forced if force else self._opts
         return Call(self.user, opts, read_only=read_only)
 
     def _kind(self, res: ResourceInfo) -> Any:
