@@ -216,6 +216,16 @@ def test_invalid_definitions_and_uses() -> None:
         c.labels("x", a="x")
 
 
+def test_label_values_name_one_child_however_given() -> None:
+    c = Counter("seen_total", "", ["code", "kind"])
+    first = c.labels("200", "pod")
+    assert c.labels("200", "pod") is first  # the remembered fast path
+    assert c.labels(200, "pod") is first  # type: ignore[arg-type]  # values are strings
+    assert c.labels(kind="pod", code="200") is first
+    with pytest.raises(ValueError, match="has labels"):
+        c.labels("200")  # a short tuple never matches a child
+
+
 def test_remove_child() -> None:
     g = Gauge("g", "G.", ["a"])
     g.labels("x").set(1)

@@ -124,6 +124,10 @@ class _Family(ABC, Generic[_Child]):
 
     def labels(self, *values: str, **by_name: str) -> _Child:
         """The child for these label values (positional in `labelnames` order, or by name)."""
+        if not by_name:
+            child = self._children.get(values)  # the usual call: string values, seen before
+            if child is not None:
+                return child
         if values and by_name:
             raise ValueError(f"metric {self.name!r}: give label values by position or by name")
         if by_name:
