@@ -36,7 +36,10 @@ Role table (who → what):
 
 Invariants: no rule grants a node a write that `admit_node` does not then check against the
 object; "only system identities write status" (`may_write_status`): masters, controllers and
-nodes (nodes further narrowed by `admit_node`).
+nodes (nodes further narrowed by `admit_node`). The role table is fixed at build time, so a
+decision is a pure function of the user and the attributes and is remembered (`_DECISIONS`, by
+what the rules read: the name only as none / the node's own / another); roles that could change
+at run time would have to clear that memory.
 """
 
 from __future__ import annotations
