@@ -152,25 +152,46 @@ _ENVELOPE = struct.Struct("!QQ")  # origin node id, request id
 
 
 class _Waiter:
-    __slots__ = ("error", "event", "value")
+    """The outcome of one request, set once (later sets are ignored), awaited by one task.
+
+    Built on trio's low-level parking rather than a `trio.Event`: every write makes one, and
+    the event's parking lot cost more than the rest of the waiter."""
+
+    __slots__ = ("done", "error", "task", "value")
 
     def __init__(self) -> None:
-        self.event = trio.Event()
+        self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
+        self.task: trio.lowlevel.Task | None = None
 
     def set(self, value: Any) -> None:
-        if not self.event.is_set():
+        if not self.done:
             self.value = value
-            self.event.set()
+            self._wake()
 
     def fail(self, error: BaseException) -> None:
-        if not self.event.is_set():
+        if not self.done:
             self.error = error
-            self.event.set()
+            self._wake()
+
+    def _wake(self) -> None:
+        self.done = True
+        task, self.task = self.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    def _abort(self, _: Any) -> trio.lowlevel.Abort:
+        self.task = None  # cancelled: a later set() has no one to wake
+        return trio.lowlevel.Abort.SUCCEEDED
 
     async def wait(self) -> Any:
-        await self.event.wait()
+        if self.done:
+            await trio.lowlevel.checkpoint()  # as Event.wait: always a checkpoint
+        else:
+            assert self.task is None, "a waiter is awaited by one task"
+            self.task = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort)
         if self.error is not None:
             raise self.error
         return self.value
