@@ -678,3 +678,17 @@ def test_leaves_and_single_key_lists_take_the_short_way_to_the_same_findings(
     v = validate(LEAVES, value, strict=True)
     assert messages(v) == expected
     assert v.obj == value
+
+
+def test_malformed_leaf_schemas_are_walked_not_trusted() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": ["string"]},  # unhashable: no short way, and no crash
+            "b": {"type": "string", "enum": [1, "x"]},
+            "c": {"type": "string", "format": ["date-time"]},
+        },
+    }
+    v = validate(schema, {"a": "x", "b": "y", "c": "z"}, strict=True)
+    assert v.obj == {"a": "x", "b": "y", "c": "z"}
+    assert messages(v) == ['b: Unsupported value: "y": supported values: 1, "x"']

@@ -284,7 +284,8 @@ class _Plan:
         # leaves; kept without a walk. A value that fails goes the long way, for the error.
         self.leaves: dict[str, tuple[type, Callable[[Any], bool] | None]] = {}
         for k, ps in self.props.items():
-            if isinstance(ps, dict) and not ps.get("nullable") and ps.get("type") in _LEAF_TYPES:
+            t = ps.get("type") if isinstance(ps, dict) else None
+            if isinstance(t, str) and t in _LEAF_TYPES and not ps.get("nullable"):
                 leaf = _leaf_test(ps)
                 if leaf is not None:
                     self.leaves[k] = leaf
