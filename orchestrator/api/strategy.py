@@ -119,6 +119,8 @@ def _comparable(obj: Obj) -> Obj:
 
 def same_object(a: Obj, b: Obj) -> bool:
     """True when storing `a` over `b` would change nothing a client could observe."""
+    if a.get("status") != b.get("status"):
+        return False  # the usual difference (a status write), found before the rest is compared
     if _comparable(a) != _comparable(b):
         return False
     # managedFields count too, but not their timestamps.
