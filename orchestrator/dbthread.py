@@ -14,8 +14,12 @@ Invariants:
 - A thread that exits when idle is replaced by a new one for the next call, which is why the
   connections used through a `DbThread` are opened with `check_same_thread=False`; that is safe
   only because of the serialization above.
-- `run_with` holds a second instance's turn too, for one call that touches both databases
-  (taking `other`'s turn, then this one's); it is the only nested acquisition.
+- `steps_with` holds a second instance's turn too, for a few calls that touch both databases
+  (taking `other`'s turn, then this one's); it is the only nested acquisition. It queues its
+  calls on the thread at once, so they run back to back, in order, without waiting for the
+  caller; the caller takes their results one by one and can act on the first (send, answer)
+  while the next one runs. The turns are held until every queued call has returned, also when
+  the caller leaves early (an exception, a cancellation).
 - Cancelling a caller does not abandon its call: the caller waits for `fn` to return, so a
   cancelled call still holds the turn until the database work is really over and the next call
   cannot overlap it.
@@ -33,9 +37,9 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from functools import partial
-from typing import Any, Literal, TypeVar, TypeVarTuple, Unpack
+from typing import Any, Generic, Literal, TypeVar, TypeVarTuple, Unpack
 
 import outcome
 import trio
@@ -58,12 +62,28 @@ class DbThread:
         async with self._turn:
             return await self._call(fn, args)
 
-    async def run_with(self, other: DbThread, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> T:
-        """Like `run`, but `fn` may also use `other`'s database: it runs once neither database
-        has a call running, holding both turns (other's first; the only place that takes two,
-        so no lock-order cycle)."""
+    @contextlib.asynccontextmanager
+    async def steps_with(self, other: DbThread) -> AsyncIterator[Steps]:
+        """Hold `other`'s turn and this one's for a few calls queued at once with
+        `Steps.submit` (on this instance's thread; they may use both databases) and awaited
+        one by one: the thread runs them back to back while the caller handles each result as
+        soon as it is there."""
         async with other._turn, self._turn:
-            return await self._call(fn, args)
+            steps = Steps(self)
+            try:
+                yield steps
+            finally:
+                with trio.CancelScope(shield=True):
+                    await steps.settle()
+
+    def _submit(self, fn: Callable[[], Any], deliver: Callable[[Any], None]) -> None:
+        with self._state:
+            self._jobs.put((fn, deliver))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._work, name="orchestrator-db", daemon=True
+                )
+                self._thread.start()
 
     async def _call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         task = trio.lowlevel.current_task()
@@ -72,14 +92,7 @@ class DbThread:
         def deliver(result: outcome.Outcome[T]) -> None:  # on the database's thread
             token.run_sync_soon(trio.lowlevel.reschedule, task, result)
 
-        job: _Job = (partial(fn, *args), deliver)
-        with self._state:
-            self._jobs.put(job)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._work, name="orchestrator-db", daemon=True
-                )
-                self._thread.start()
+        self._submit(partial(fn, *args), deliver)
         # Not abortable: a cancelled caller still waits for `fn` to return, so its turn (and
         # the database) is not handed to the next call while `fn` runs.
         result: T = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
@@ -99,6 +112,59 @@ class DbThread:
             with contextlib.suppress(trio.RunFinishedError):
                 deliver(outcome.capture(fn))
             del fn, deliver  # nothing of the call stays alive while the thread waits
+
+
+class Step(Generic[T]):
+    """One call queued by `Steps.submit`; `await step.result()` gives its return value (or
+    raises its exception)."""
+
+    __slots__ = ("_outcome", "_task")
+
+    def __init__(self) -> None:
+        self._outcome: outcome.Outcome[T] | None = None
+        self._task: trio.lowlevel.Task | None = None
+
+    def _deliver(self, result: outcome.Outcome[T]) -> None:  # on the trio thread
+        self._outcome = result
+        if self._task is not None:
+            task, self._task = self._task, None
+            trio.lowlevel.reschedule(task)
+
+    async def result(self) -> T:
+        if self._outcome is None:
+            self._task = trio.lowlevel.current_task()
+            # Not abortable, as `DbThread.run`: the call runs to its end whatever happens.
+            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+        assert self._outcome is not None
+        return self._outcome.unwrap()
+
+
+class Steps:
+    """The calls of one `DbThread.steps_with` block."""
+
+    def __init__(self, db: DbThread) -> None:
+        self._db = db
+        self._token = trio.lowlevel.current_trio_token()
+        self._steps: list[Step[Any]] = []
+
+    def submit(self, fn: Callable[[Unpack[Ts]], T], *args: *Ts) -> Step[T]:
+        """Queue `fn(*args)` on the thread now (after the calls queued before it)."""
+        step: Step[T] = Step()
+        token = self._token
+
+        def deliver(result: outcome.Outcome[T]) -> None:  # on the database's thread
+            token.run_sync_soon(step._deliver, result)
+
+        self._db._submit(partial(fn, *args), deliver)
+        self._steps.append(step)
+        return step
+
+    async def settle(self) -> None:
+        """Wait until every queued call has returned (their results stay with their steps)."""
+        for step in self._steps:
+            if step._outcome is None:
+                with contextlib.suppress(BaseException):
+                    await step.result()
 
 
 IDLE_SECONDS = 10.0  # an idle database's thread exits; the next call starts a new one
