@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+from orchestrator import dbthread
 from orchestrator.dbthread import WAL_SIZE_LIMIT, DbThread, open_wal
 
 
@@ -116,3 +117,24 @@ async def test_steps_hold_both_turns_until_every_queued_call_returned() -> None:
             failing = steps.submit(operator.truediv, 1, 0)
             with pytest.raises(ZeroDivisionError):
                 await failing.result()
+
+
+async def test_an_idle_thread_exits_with_its_pipe_and_the_next_call_starts_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(dbthread, "IDLE_SECONDS", 0.01)
+    db = DbThread()
+    with trio.fail_after(20):
+        assert await db.run(threading.get_ident) != threading.get_ident()
+        for _ in range(3):  # woken through its pipe, the same thread serves the next calls
+            assert await db.run(operator.add, 1, 2) == 3
+        thread = db._thread
+        assert thread is not None
+        assert db._pipe is not None
+        await trio.to_thread.run_sync(thread.join, 10)  # exits once idle
+        assert not thread.is_alive()
+        assert db._thread is None
+        assert db._pipe is None  # closed with it: an idle database holds no descriptors
+        assert await db.run(operator.mul, 2, 3) == 6  # a new thread (and pipe) serves it
+        assert db._thread is not None
+        assert db._thread is not thread
