@@ -26,8 +26,8 @@ Invariants:
 
 Why not `trio.to_thread.run_sync`: a hop there names and renames the worker thread (two
 `prctl` calls), copies the context and goes through a capacity limiter and thread cache; this
-hand-off is a queue put and a `run_sync_soon`, measurably less CPU per Raft batch (every Ready
-of every server makes one).
+hand-off is a deque append, a byte written to the thread's pipe and a `run_sync_soon`,
+measurably less CPU per Raft batch (every Ready of every server makes one).
 """
 
 from __future__ import annotations
