@@ -68,6 +68,7 @@ from .types import (
     ConfChangeType,
     Entry,
     EntryType,
+    HardState,
     InvalidChange,
     LeaderBusy,
     Message,
@@ -769,15 +770,27 @@ class RaftNode:
                 await self._applied(rd.committed, mine, await applying.result())
                 await saving.result()
                 return False
-            saving = steps.submit(self.storage.save, rd.hard_state, rd.entries)
-            applying = steps.submit(self.sm.apply, sm_entries)
-            await saving.result()
-            if send:
+            if not (send and rd.messages):
+                # Nothing to do in between (a lone server, whose proposals commit in the Ready
+                # that persists them; a leader's conf change): one call, one wake-up.
+                both = steps.submit(self._save_then_apply, rd.hard_state, rd.entries, sm_entries)
+                results = await both.result()
+            else:
+                saving = steps.submit(self.storage.save, rd.hard_state, rd.entries)
+                applying = steps.submit(self.sm.apply, sm_entries)
+                await saving.result()
                 for m in rd.messages:
                     self.transport.send(m)
-            results = await applying.result()
+                results = await applying.result()
         await self._applied(rd.committed, mine, results)
         return send
+
+    def _save_then_apply(
+        self, hard_state: HardState | None, entries: list[Entry], sm_entries: list[Entry]
+    ) -> list[Any]:
+        """On the Raft database's thread, holding both turns: persist, then apply."""
+        self.storage.save(hard_state, entries)
+        return self.sm.apply(sm_entries)
 
     def _strip(self, entries: list[Entry]) -> tuple[list[Entry], list[tuple[int, int] | None]]:
         """Strip the envelopes: the state machine sees only the command. Also returns, per
