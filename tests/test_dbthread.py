@@ -1,11 +1,19 @@
-"""`open_wal`: how every database of the project is opened (WAL, chosen fsync, bounded WAL)."""
+"""`open_wal`: how every database of the project is opened (WAL, chosen fsync, bounded WAL);
+`DbThread.steps_with`: calls queued at once on one database thread, holding two turns."""
 
 from __future__ import annotations
 
+import operator
 import os
+import threading
 from pathlib import Path
 
-from orchestrator.dbthread import WAL_SIZE_LIMIT, open_wal
+import pytest
+import trio
+import trio.testing
+
+from orchestrator import dbthread
+from orchestrator.dbthread import WAL_SIZE_LIMIT, DbThread, open_wal
 
 
 def test_open_wal_settings(tmp_path: Path) -> None:
@@ -42,3 +50,91 @@ def test_wal_is_cut_back_to_its_limit_after_a_burst(tmp_path: Path) -> None:
         )
     finally:
         conn.close()
+
+
+# ---------------------------------------------------------------------------- steps_with
+# Real threads, so no mock clock: every wait below is on an event (threading.Event on the
+# database's thread, trio waits on the trio side), each bounded, never on elapsed time.
+
+
+async def test_steps_run_back_to_back_while_the_caller_handles_the_first_result() -> None:
+    """Both calls are queued at once: the second runs on the thread while the caller is still
+    acting on the first's result (here: the second waits for the caller to say it got it)."""
+    db, other = DbThread(), DbThread()
+    got_first = threading.Event()
+    order: list[str] = []
+
+    def second() -> bool:
+        order.append("second started")
+        return got_first.wait(timeout=10)  # False: the caller only got the first result after
+
+    with trio.fail_after(20):
+        async with db.steps_with(other) as steps:
+            one = steps.submit(order.append, "first")
+            two = steps.submit(second)
+            assert await one.result() is None
+            order.append("caller has the first result")
+            got_first.set()
+            assert await two.result() is True
+    assert order[0] == "first"
+    assert set(order[1:]) == {"second started", "caller has the first result"}
+
+
+async def test_steps_hold_both_turns_until_every_queued_call_returned() -> None:
+    """A caller that leaves the block early (here with an exception, before awaiting anything)
+    still holds both databases until its queued call is over: a later `run` on either database
+    cannot overlap it. The call's own exception reaches the caller that awaits it."""
+    db, other = DbThread(), DbThread()
+    gate = threading.Event()
+    order: list[str] = []
+
+    def slow() -> None:
+        gate.wait(timeout=10)
+        order.append("queued call done")
+
+    async def give_up() -> None:
+        async with db.steps_with(other) as steps:
+            steps.submit(slow)
+            raise KeyError("caller gives up")
+
+    async def leave_early() -> None:
+        with pytest.raises(KeyError):
+            await give_up()
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(leave_early)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(db.run, order.append, "next call on db")
+            nursery.start_soon(other.run, order.append, "next call on other")
+            await trio.testing.wait_all_tasks_blocked()
+            assert order == []  # both wait for the turns, held by the early leaver
+            gate.set()
+        assert order[0] == "queued call done"
+        assert sorted(order[1:]) == ["next call on db", "next call on other"]
+
+        async with db.steps_with(other) as steps:
+            failing = steps.submit(operator.truediv, 1, 0)
+            with pytest.raises(ZeroDivisionError):
+                await failing.result()
+
+
+async def test_an_idle_thread_exits_with_its_pipe_and_the_next_call_starts_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(dbthread, "IDLE_SECONDS", 0.01)
+    db = DbThread()
+    with trio.fail_after(20):
+        assert await db.run(threading.get_ident) != threading.get_ident()
+        for _ in range(3):  # woken through its pipe, the same thread serves the next calls
+            assert await db.run(operator.add, 1, 2) == 3
+        thread = db._thread
+        assert thread is not None
+        assert db._pipe is not None
+        await trio.to_thread.run_sync(thread.join, 10)  # exits once idle
+        assert not thread.is_alive()
+        assert db._thread is None
+        assert db._pipe is None  # closed with it: an idle database holds no descriptors
+        assert await db.run(operator.mul, 2, 3) == 6  # a new thread (and pipe) serves it
+        assert db._thread is not None
+        assert db._thread is not thread

@@ -16,8 +16,10 @@ works through every `Ready`:
        leader's own messages are the exception, they go out before step 1 so the followers'
        fsyncs overlap its own: it counts its own log only after this Ready is persisted);
     3. apply committed entries (the state machine records its applied index in the same
-       transaction; on a leader, steps 1 and 3 share one worker-thread call), resolve the
-       waiting proposals and reads;
+       transaction), resolve the waiting proposals and reads. Steps 1 and 3 are two calls
+       queued at once on one worker thread (`_persist_and_apply`): a leader applies entries
+       that earlier Readies persisted first and answers their proposals while its new entries
+       are persisted; everyone else persists first and sends (step 2) while it applies;
     4. `advance()`, then maybe compact the log behind a synced state machine.
 
 Ticks are coalesced: while the loop is busy (a slow fsync), at most one tick waits, so a slow
@@ -29,11 +31,12 @@ within a few ticks instead of an election timeout), in order with the peer's mes
 once every message the transport had received before it has been stepped, so a last heartbeat
 still on its way through the inbox is not mistaken for news from a live leader.
 
-Invariants: the core is only touched by `_loop`; a proposal resolves only when its entry is
-applied (success, if the entry at its index has its term) or overwritten (`ProposalLost`); a
-read barrier resolves only once the state machine has applied the read index confirmed by a
-quorum. The peer address book (node id -> "host:port") travels in conf-change contexts and in
-snapshots, and is persisted with the Raft log.
+Invariants: the core is only touched by `_loop`; an entry is applied only after it is persisted
+on this server, in index order, once (the state machine skips what it applied already); a
+proposal resolves only when its entry is applied (success, if the entry at its index has its
+term) or overwritten (`ProposalLost`); a read barrier resolves only once the state machine has
+applied the read index confirmed by a quorum. The peer address book (node id -> "host:port")
+travels in conf-change contexts and in snapshots, and is persisted with the Raft log.
 """
 
 from __future__ import annotations
@@ -666,26 +669,21 @@ class RaftNode:
         early = core.role is Role.LEADER
         snaps_sent = await self._send(rd.messages) if early else []
         # 1. persist: one transaction for the whole batch.
-        applied = False
+        applied = sent = False
         if rd.must_persist():
             snap = None if rd.snapshot is None else Snapshot(rd.snapshot.meta)  # metadata only
             if rd.committed and snap is None:
-                # Persist and apply in one worker-thread call (holding both databases' turns),
-                # in that order: one thread hop per Ready instead of two. A leader has nothing
-                # to send in between; a follower's acknowledgements wait for the apply too
-                # (a few hundred microseconds), which costs less than a second hop.
-                sm_entries, mine = self._strip(rd.committed)
-                results = await self._raft_db.run_with(
-                    self._sm_db, self._save_and_apply, rd.hard_state, rd.entries, sm_entries
-                )
+                # Persist and apply on one worker thread (holding both databases' turns), as two
+                # calls queued at once: one thread hop per Ready, and whichever result others
+                # wait for is acted on while the other call runs (see `_persist_and_apply`).
+                sent = await self._persist_and_apply(rd, early)
                 self._observe_save()
-                await self._applied(rd.committed, mine, results)
                 applied = True
             else:
                 await self._raft_db.run(self.storage.save, rd.hard_state, rd.entries, snap)
                 self._observe_save()
         # 2. send.
-        if not early:
+        if not early and not sent:
             snaps_sent = await self._send(rd.messages)
         # 3. apply.
         if rd.committed and not applied:
@@ -771,10 +769,47 @@ class RaftNode:
         if seconds is not None:
             metrics.RAFT_WAL_FSYNC_DURATION.observe(seconds)
 
-    def _save_and_apply(
+    async def _persist_and_apply(self, rd: Ready, early: bool) -> bool:
+        """Persist `rd` and apply `rd.committed` in one hop to the Raft database's thread, as
+        two calls queued back to back. A leader whose committed entries were all persisted by
+        earlier Readies (the usual case) applies first and answers the proposals while its
+        new entries are persisted; anyone else persists first (an entry is never applied
+        before it is durable here) and sends its acknowledgements, which promise only what is
+        persisted, while the apply runs. Returns whether `rd.messages` were sent (never when
+        one is a snapshot: `_send` needs the state machine, whose turn is held here).
+
+        Conf changes take the plain path (persist, then apply, then `_applied`, which saves
+        the address book through the Raft database's turn held here)."""
+        sm_entries, mine = self._strip(rd.committed)
+        plain = any(e.type is EntryType.CONF_CHANGE for e in rd.committed)
+        persisted = not rd.entries or rd.committed[-1].index < rd.entries[0].index
+        send = not early and not plain and all(m.type is not MsgType.SNAP for m in rd.messages)
+        async with self._raft_db.steps_with(self._sm_db) as steps:
+            if early and persisted and not plain:
+                applying = steps.submit(self.sm.apply, sm_entries)
+                saving = steps.submit(self.storage.save, rd.hard_state, rd.entries)
+                await self._applied(rd.committed, mine, await applying.result())
+                await saving.result()
+                return False
+            if not (send and rd.messages):
+                # Nothing to do in between (a lone server, whose proposals commit in the Ready
+                # that persists them; a leader's conf change): one call, one wake-up.
+                both = steps.submit(self._save_then_apply, rd.hard_state, rd.entries, sm_entries)
+                results = await both.result()
+            else:
+                saving = steps.submit(self.storage.save, rd.hard_state, rd.entries)
+                applying = steps.submit(self.sm.apply, sm_entries)
+                await saving.result()
+                for m in rd.messages:
+                    self.transport.send(m)
+                results = await applying.result()
+        await self._applied(rd.committed, mine, results)
+        return send
+
+    def _save_then_apply(
         self, hard_state: HardState | None, entries: list[Entry], sm_entries: list[Entry]
     ) -> list[Any]:
-        """On a worker thread holding both databases: persist, then apply (see _handle_ready)."""
+        """On the Raft database's thread, holding both turns: persist, then apply."""
         self.storage.save(hard_state, entries)
         return self.sm.apply(sm_entries)
 

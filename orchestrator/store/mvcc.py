@@ -4,8 +4,17 @@ Theory of operation
 -------------------
 Raft hands `apply` batches of committed entries; each NORMAL entry carries one msgpack command
 (`types.encode_*`) or several packed by `raft.statemachine.pack_batch` (one result each, as if
-they were consecutive entries). `apply` runs the whole batch of entries in ONE SQLite
-transaction, which also records the new applied index, so a batch is all-or-nothing on disk.
+they were consecutive entries). `apply` runs the whole batch of entries inside ONE SQLite
+savepoint, which also records the new applied index, so a batch is all-or-nothing. Consecutive
+batches share one SQLite transaction: the first `apply` after a commit begins it, and the first
+one that finds it `commit_interval` old (50 ms) commits it, as etcd's backend batches its bbolt
+transactions (100 ms). The pages that many batches write (the index leaves every writer's keys
+sit in) are then written to the WAL once per commit instead of once per batch: about a fifth
+less CPU per put at a few dozen puts per batch. Reads use the same connection, so they see
+every applied batch at once; `commit()` (and `sync`, `snapshot`, `restore`, `maybe_checkpoint`,
+`close`, which call it) ends the transaction. A crash loses the applies of the open transaction
+only, together with the applied index that covers them: the driver hands those entries again
+(the Raft log keeps everything above the synced state machine).
 
 Layout (etcd's, mapped onto SQLite; store-notes §1):
 
@@ -46,9 +55,10 @@ together with everything they superseded. After the compacting transaction commi
 
 Invariants
 ----------
-- Exactly-once apply: the applied index is written in the same transaction as the effects of
-  the entries up to it; entries at or below it are skipped (result None), so replaying entries
-  after a crash or reopen has no second effect.
+- Exactly-once apply: the applied index is written in the same transaction (and savepoint) as
+  the effects of the entries up to it; entries at or below it are skipped (result None), so
+  replaying entries after a crash or reopen has no second effect. A batch that fails is rolled
+  back to its savepoint alone: the batches before it in the open transaction stay.
 - Determinism: a command's result and effects depend only on the command and the store content
   (and `quota_bytes`, which must therefore be the same on every member). A command that fails
   (validation, CAS, quota) returns a result with `error` set and changes nothing; `apply` only
@@ -89,6 +99,7 @@ from __future__ import annotations
 import bisect
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -127,6 +138,8 @@ if TYPE_CHECKING:
 DEFAULT_QUOTA_BYTES = 2 * 1024**3  # etcd's default --quota-backend-bytes
 DEFAULT_HISTORY_RING = 10_000  # recent events kept in memory for events_since
 DEFAULT_MAX_WAL_BYTES = 16 * 1024**2  # maybe_checkpoint() truncates the WAL above this
+# How long applies add to one SQLite transaction before one of them commits it (see `apply`).
+DEFAULT_COMMIT_INTERVAL = 0.05
 SCHEMA_VERSION = 1
 
 _SUB_BITS = 8  # history.id = revision << _SUB_BITS | sub
@@ -370,8 +383,11 @@ class MVCCStore:
         *,
         quota_bytes: int = DEFAULT_QUOTA_BYTES,
         history_ring: int = DEFAULT_HISTORY_RING,
+        commit_interval: float = DEFAULT_COMMIT_INTERVAL,
     ) -> None:
         self._path = os.fspath(path)
+        self._commit_interval = commit_interval
+        self._txn_since = 0.0  # time.monotonic() when the open apply transaction began
         self._quota = quota_bytes
         self._ring_size = max(0, history_ring)
         self._applied = 0
@@ -466,7 +482,12 @@ class MVCCStore:
         results: list[object] = []
         events: list[Event] = []
         self._compacted = False
-        conn.execute("BEGIN IMMEDIATE")
+        if not conn.in_transaction:
+            conn.execute("BEGIN IMMEDIATE")
+            self._txn_since = time.monotonic()
+        # This batch's writes and the applied index it reaches are all-or-nothing inside the
+        # (possibly longer) transaction: on a failure it rolls back to here.
+        conn.execute("SAVEPOINT apply")
         try:
             for e in entries:
                 if e.index <= applied or e.type != EntryType.NORMAL or not e.data:
@@ -476,10 +497,11 @@ class MVCCStore:
                 else:
                     results.append(self._execute(e.data, events))
             conn.execute(_SQL_META_SAVE, (expected - 1, self._rev, self._compact, self._logical))
-            conn.execute("COMMIT")
+            conn.execute("RELEASE apply")
         except BaseException:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK TO apply")
+                conn.execute("RELEASE apply")
             self._load_meta()  # the cached counters may have moved with the rolled-back writes
             raise
         self._applied = expected - 1
@@ -489,12 +511,22 @@ class MVCCStore:
         if self._compacted:
             # Outside the transaction: a checkpoint cannot run inside one. TRUNCATE brings the
             # WAL, which now holds the compaction's page changes, back to zero bytes.
+            self.commit()
             conn.execute(_SQL_CHECKPOINT)
+        elif time.monotonic() - self._txn_since >= self._commit_interval:
+            self.commit()
         return results
+
+    def commit(self) -> None:
+        """Commit the applies made since the last commit (a no-op if there are none)."""
+        conn = self._db()
+        if conn.in_transaction:
+            conn.execute("COMMIT")
 
     def snapshot(self) -> tuple[int, bytes]:
         """The applied index and the whole database image at exactly that index."""
         conn = self._db()
+        self.commit()
         conn.execute(_SQL_CHECKPOINT)  # everything in the main file; WAL back to zero
         return self._applied, conn.serialize()
 
@@ -507,6 +539,7 @@ class MVCCStore:
         events and the event ring are cleared: watchers must resume via `events_since`.
         """
         conn = self._db()
+        self.commit()  # the applies so far stand until the restore replaces them all
         image = bytearray(data)
         if len(image) < 100 or not image.startswith(b"SQLite format 3\x00"):
             raise ValueError("snapshot is not an SQLite database image")
@@ -540,8 +573,9 @@ class MVCCStore:
         conn.execute(_SQL_CHECKPOINT)
 
     def close(self) -> None:
-        """Close the connection; idempotent. Every applied entry is already committed."""
+        """Commit and close the connection; idempotent."""
         if self._conn is not None:
+            self.commit()
             conn, self._conn = self._conn, None
             conn.close()
 
@@ -982,11 +1016,15 @@ class MVCCStore:
     def sync(self) -> None:
         """Make everything applied durable: a checkpoint syncs the WAL and the database file
         (commits alone are not fsynced; see `open_wal` in `__init__`)."""
+        self.commit()
         self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def maybe_checkpoint(self, max_wal_bytes: int = DEFAULT_MAX_WAL_BYTES) -> bool:
         """Checkpoint and truncate the WAL if it is larger than `max_wal_bytes`; returns
-        whether it did. Call between applies (e.g. from a periodic task via the DbThread)."""
+        whether it did. Call between applies (e.g. from a periodic task via the DbThread); it
+        commits the applies of an open transaction in any case, so that one left open by the
+        last applies before a quiet spell does not stay open for long."""
+        self.commit()
         if _file_size(self._path + "-wal") <= max_wal_bytes:
             return False
         self._db().execute(_SQL_CHECKPOINT)

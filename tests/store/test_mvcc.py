@@ -60,6 +60,9 @@ class Node:
 
     def __init__(self, path: Path, **kwargs: Any) -> None:
         self.path = path
+        # Every apply commits (unless a test says otherwise), so that `dump`, which reads the
+        # file through a second connection, sees each apply's effect at once.
+        kwargs.setdefault("commit_interval", 0.0)
         self.kwargs = kwargs
         self.store = MVCCStore(path, **kwargs)
         self.index = self.store.applied_index()
@@ -699,6 +702,110 @@ def test_wal_stays_bounded_under_churn(tmp_path: Path) -> None:
         assert s.maybe_checkpoint(max_wal_bytes=0) == (status.wal_bytes > 0)
         assert s.status().wal_bytes == 0
         assert not s.maybe_checkpoint()
+    finally:
+        n.close()
+
+
+# ------------------------------------------------------------------ applies sharing a transaction
+NEVER = 3600.0  # a commit interval no test reaches: only explicit commits end the transaction
+
+
+def crash(n: Node) -> None:
+    """Drop the store as a killed process would: its open transaction is lost (closing an
+    sqlite3 connection rolls it back), nothing is committed on the way out."""
+    conn = n.store._conn
+    assert conn is not None
+    n.store._conn = None
+    conn.close()
+
+
+@pytest.mark.parametrize("ender", ["commit", "sync", "snapshot", "maybe_checkpoint", "close"])
+def test_applies_share_a_transaction_until_something_commits_it(tmp_path: Path, ender: str) -> None:
+    n = Node(tmp_path / "store.db", commit_interval=NEVER)
+    try:
+        n.one(encode_put("a", b"1"))
+        n.one(encode_put("b", b"2"))
+        assert [kv.key for kv in n.store.range("").kvs] == ["a", "b"]  # seen by the store
+        assert dump(n.path)["kv"] == []  # not yet in the file for anyone else
+        getattr(n.store, ender)()
+        assert [row[0] for row in dump(n.path)["kv"]] == ["a", "b"]
+    finally:
+        n.close()
+
+
+def test_an_apply_commits_once_the_transaction_is_old_enough(tmp_path: Path) -> None:
+    n = Node(tmp_path / "store.db", commit_interval=NEVER)
+    try:
+        n.one(encode_put("a", b"1"))
+        n.store._txn_since -= NEVER  # as if the transaction had been open that long
+        n.one(encode_put("b", b"2"))
+        assert [row[0] for row in dump(n.path)["kv"]] == ["a", "b"]
+        n.one(encode_put("c", b"3"))  # a new transaction
+        assert [row[0] for row in dump(n.path)["kv"]] == ["a", "b"]
+    finally:
+        n.close()
+
+
+def test_a_crash_loses_the_open_transaction_and_the_replay_applies_it_once(
+    tmp_path: Path,
+) -> None:
+    """Entries 1-2 committed, 3-4 applied in the open transaction: after a crash the store is
+    at applied index 2, and the driver's replay of 1-4 skips 1-2 and applies 3-4 once, with
+    the results and state of a store that never crashed."""
+    commands = [
+        encode_put("a", b"1"),
+        encode_create("b", b"2"),
+        encode_put("a", b"3"),
+        encode_delete("b"),
+    ]
+    entries = [Entry(1, i + 1, EntryType.NORMAL, c) for i, c in enumerate(commands)]
+    ref = Node(tmp_path / "ref.db")
+    n = Node(tmp_path / "store.db", commit_interval=NEVER)
+    try:
+        expected = ref.store.apply(entries)
+        assert n.store.apply(entries[:2]) == expected[:2]
+        n.store.commit()
+        assert n.store.apply(entries[2:]) == expected[2:]
+        crash(n)
+        n.store = MVCCStore(n.path, commit_interval=NEVER)
+        assert n.store.applied_index() == 2
+        assert n.store.revision() == 3
+        assert n.store.apply(entries) == [None, None, *expected[2:]]
+        assert n.store.apply(entries) == [None] * 4  # and never again
+        n.store.commit()
+        assert dump(n.path) == dump(ref.path)
+        assert n.store.events_since(2) == ref.store.events_since(2)
+    finally:
+        n.close()
+        ref.close()
+
+
+def test_a_failing_apply_rolls_back_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch that raises (an SQLite failure, say) after some of its writes leaves nothing of
+    itself, and takes nothing of the earlier batches in the same open transaction with it."""
+    n = Node(tmp_path / "store.db", commit_interval=NEVER)
+    try:
+        n.one(encode_put("a", b"1"))
+        real = MVCCStore._execute
+
+        def fail_on_y(store: MVCCStore, data: bytes, events: list[Any]) -> Any:
+            result = real(store, data, events)
+            if msgpack.unpackb(data)[1] == "y":
+                raise sqlite3.OperationalError("disk I/O error")
+            return result
+
+        monkeypatch.setattr(MVCCStore, "_execute", fail_on_y)
+        with pytest.raises(sqlite3.OperationalError):
+            n.apply(encode_put("x", b"2"), encode_put("y", b"3"))
+        monkeypatch.undo()
+        assert n.store.applied_index() == 1
+        assert n.store.revision() == 2
+        assert [kv.key for kv in n.store.range("").kvs] == ["a"]
+        n.index = 1
+        n.apply(encode_put("x", b"2"), encode_put("y", b"3"))  # the driver hands them again
+        n.store.commit()
+        assert [row[0] for row in dump(n.path)["kv"]] == ["a", "x", "y"]
+        assert n.store.revision() == 4
     finally:
         n.close()
 
