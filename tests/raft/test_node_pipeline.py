@@ -154,7 +154,7 @@ async def test_a_leader_answers_while_its_new_entries_are_persisted(tmp_path: Pa
         async with trio.open_nursery() as nursery:
             nursery.start_soon(node._handle_ready, rd)
             try:
-                await waiter.event.wait()
+                await waiter.wait()
                 # a's proposal is answered while c is still being persisted.
                 assert ("saved", [a_index + 1]) not in rec.log
             finally:
