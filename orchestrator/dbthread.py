@@ -116,12 +116,14 @@ class DbThread:
 
     def _work(self, wake: int) -> None:
         jobs = self._jobs
+        # poll, not select: select refuses descriptors above 1023, which a busy server has.
+        waiting = select.poll()
+        waiting.register(wake, select.POLLIN)
         while True:
             try:
                 fn, deliver = jobs.popleft()
             except IndexError:
-                ready, _, _ = select.select([wake], [], [], IDLE_SECONDS)
-                if ready:
+                if waiting.poll(IDLE_SECONDS * 1000):
                     os.read(wake, 4096)  # the wake-ups so far; their jobs are in the deque
                     continue
                 with self._state:

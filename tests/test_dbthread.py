@@ -138,3 +138,23 @@ async def test_an_idle_thread_exits_with_its_pipe_and_the_next_call_starts_anoth
         assert await db.run(operator.mul, 2, 3) == 6  # a new thread (and pipe) serves it
         assert db._thread is not None
         assert db._thread is not thread
+
+
+async def test_a_thread_whose_pipe_is_a_high_descriptor_still_wakes() -> None:
+    """A busy server has more than 1024 descriptors open; the thread waits with poll, which
+    (unlike select) takes any descriptor."""
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.dup(0 if not held else held[0]))
+        db = DbThread()
+        with trio.fail_after(20):
+            assert await db.run(operator.add, 1, 2) == 3
+            assert db._pipe is not None
+            assert min(db._pipe) > 1024
+            for _ in range(3):  # each call wakes the waiting thread through the pipe
+                await trio.sleep(0.01)
+                assert await db.run(operator.add, 2, 2) == 4
+    finally:
+        for fd in held:
+            os.close(fd)
