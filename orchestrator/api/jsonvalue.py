@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})  # the JSON values that are leaves
 
 
 def copy_json(value: Any) -> Any:
@@ -19,9 +19,9 @@ def copy_json(value: Any) -> Any:
     call each — most members are scalars — which makes the copy about a third cheaper."""
     t = type(value)
     if t is dict:
-        return {k: v if type(v) in _SCALARS else copy_json(v) for k, v in value.items()}
+        return {k: v if type(v) in SCALAR_TYPES else copy_json(v) for k, v in value.items()}
     if t is list:
-        return [v if type(v) in _SCALARS else copy_json(v) for v in value]
+        return [v if type(v) in SCALAR_TYPES else copy_json(v) for v in value]
     if isinstance(value, dict):
         return {k: copy_json(v) for k, v in value.items()}
     if isinstance(value, list):

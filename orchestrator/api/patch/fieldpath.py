@@ -27,6 +27,7 @@ import json
 from typing import Any, NamedTuple
 
 from ..errors import bad_request
+from ..jsonvalue import SCALAR_TYPES
 from ._util import (
     Schema,
     canonical,
@@ -216,7 +217,6 @@ def is_set_list(schema: Schema) -> bool:
     return "merge" in patch_strategies(schema) and patch_merge_key(schema) is None
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
 _CONTAINER = Member(False, None)
 
 
@@ -235,7 +235,7 @@ def _walk(value: Any, schema: Schema, path: Path, out: dict[Path, Member]) -> No
             out[path] = _leaf(value)
             return
         for key, child in value.items():
-            if type(child) in _SCALARS:  # what `_walk_field` makes of it, without the schema
+            if type(child) in SCALAR_TYPES:  # what `_walk_field` makes of it, without the schema
                 out[(*path, f"f:{key}")] = _leaf(child)
             else:
                 _walk_field(child, key, schema, (*path, f"f:{key}"), out)
