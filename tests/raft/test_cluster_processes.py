@@ -54,6 +54,19 @@ async def wait_for(predicate: Any, *, within: float, what: str) -> None:
         await trio.sleep(0.02)
 
 
+async def settled_request(
+    endpoint: str, op: str, *args: Any, within: float = 10.0
+) -> tuple[str, Any]:
+    """A raw request retried while the server answers "unavailable" (a new leader refuses
+    membership changes until it has applied an entry of its own term), as clients do."""
+    deadline = trio.current_time() + within
+    while True:
+        status, detail = await raw_request(endpoint, op, *args)
+        if status != "unavailable" or trio.current_time() >= deadline:
+            return status, detail
+        await trio.sleep(0.05)
+
+
 async def wait_for_log(cluster: Any, i: int, text: str, *, within: float = 10.0) -> None:
     async def seen() -> bool:
         return text in cluster.log_text(i)
@@ -558,7 +571,7 @@ async def test_add_learner_with_a_bad_address_is_refused(tmp_path: Path) -> None
     with trio.fail_after(30), Cluster(tmp_path, 3, tick_ms=100, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
-        status, _ = await raw_request(cluster.endpoint(leader), "add_learner", 5, "nonsense")
+        status, _ = await settled_request(cluster.endpoint(leader), "add_learner", 5, "nonsense")
         assert status == "error"
         await cluster.wait_leader()
         cluster.check_alive()
@@ -568,5 +581,5 @@ async def test_removing_a_non_member_is_an_error(tmp_path: Path) -> None:
     with trio.fail_after(30), Cluster(tmp_path, 3, tick_ms=100, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
-        status, detail = await raw_request(cluster.endpoint(leader), "remove", OUTSIDER)
+        status, detail = await settled_request(cluster.endpoint(leader), "remove", OUTSIDER)
         assert status == "error", (status, detail)
