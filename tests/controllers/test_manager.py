@@ -95,17 +95,20 @@ async def test_controllers_follow_leadership(h: Harness) -> None:
             leadership.set(True, 1)
             await until(lambda: manager.term == 1 and bool(manager.controllers))
             first = manager.controllers[0]
+            assert manager.informers is built[0].informers  # shared with in-process observers
             assert 'leader_election_master_status{name="controller-manager"} 1' in reg.render()
 
             leadership.set(False, 2)  # deposed: everything of term 1 stops
             await until(lambda: manager.term is None)
             assert first.queue.shutting_down
+            assert manager.informers is None
             assert 'leader_election_master_status{name="controller-manager"} 0' in reg.render()
 
             leadership.set(True, 3)  # leader again: a fresh world for term 3
             await until(lambda: manager.term == 3)
             assert [ctx.term for ctx in built] == [1, 3]
             assert built[1].informers is not built[0].informers
+            assert manager.informers is built[1].informers
             assert manager.terms_led == [1, 3]
             nursery.cancel_scope.cancel()
 

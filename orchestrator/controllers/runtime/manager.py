@@ -158,6 +158,9 @@ class ControllerManager:
         self.term: int | None = None  # the term controllers run for, None when not running
         self.terms_led: list[int] = []
         self.controllers: list[Component] = []
+        # The running controllers' shared informers (None when not running), for in-process
+        # observers such as `orchestrator bench` that want the same view without a watch.
+        self.informers: InformerFactory | None = None
         self._status = metrics.gauge(
             "leader_election_master_status",
             "1 while this process is the leader and runs the controllers",
@@ -199,6 +202,7 @@ class ControllerManager:
         ctx = ControllerContext(client, informers, events, term, self.metrics, self.options)
         controllers = list(self.factory(ctx))
         self.controllers = controllers
+        self.informers = informers
         self.term = term
         self.terms_led.append(term)
         self._status.set(1)
@@ -215,4 +219,5 @@ class ControllerManager:
         finally:
             self.term = None
             self.controllers = []
+            self.informers = None
             self._status.set(0)
