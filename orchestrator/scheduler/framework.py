@@ -493,9 +493,11 @@ DEFAULT_FILTERS: Final[tuple[FilterPlugin, ...]] = (
 )
 _LEAST_ALLOCATED: Final = LeastAllocated()
 _BALANCED: Final = BalancedAllocation()
+_NODE_AFFINITY: Final = NodeAffinityScore()
+# `_plain_totals` is these, with these weights, for nodes without soft taints or zones.
 DEFAULT_SCORES: Final[tuple[tuple[ScorePlugin, int], ...]] = (
     (TaintTolerationScore(), 3),
-    (NodeAffinityScore(), 2),
+    (_NODE_AFFINITY, 2),
     (OwnerSpread(), 2),
     (_LEAST_ALLOCATED, 1),
     (_BALANCED, 1),
@@ -590,15 +592,19 @@ class Framework:
             return Decision(None, {}, 0, info)
         key = self._memo_key(info, len(nodes))
         resource = None
+        plain = False
         if key is None:
             feasible, reasons = self._filter(info, cache, nodes)
         else:
-            feasible, reasons, resource = self._filter_memo(info, key, cache, nodes)
+            feasible, reasons, resource, plain = self._filter_memo(info, key, cache, nodes)
         if not feasible:
             return Decision(None, reasons, len(nodes), info)
         if len(feasible) == 1:
             return Decision(feasible[0].name, reasons, len(nodes), info)
-        totals = self._score(info, feasible, resource)
+        if resource is not None and plain:
+            totals = _plain_totals(info, feasible, resource)
+        else:
+            totals = self._score(info, feasible, resource)
         best = max(totals)
         winners = [i for i, total in enumerate(totals) if total == best]
         pick = winners[0] if len(winners) == 1 else winners[rng.randrange(len(winners))]
@@ -657,9 +663,10 @@ class Framework:
 
     def _filter_memo(
         self, pod: PodInfo, key: tuple[Any, ...], cache: SchedulerCache, nodes: list[NodeInfo]
-    ) -> tuple[list[NodeInfo], dict[str, Reasons], list[int]]:
+    ) -> tuple[list[NodeInfo], dict[str, Reasons], list[int], bool]:
         """`_filter` when it visits every node (the memo's condition), plus the feasible nodes'
-        LeastAllocated + BalancedAllocation scores (both weight 1).
+        LeastAllocated + BalancedAllocation scores (both weight 1), and whether no feasible
+        node has a soft taint or a zone (`_plain_totals` then scores).
 
         Why: a node's verdict and those two scores depend only on the node's state and on `key`
         (a pod's requests and tolerations), and between two pods of one workload only the node
@@ -679,7 +686,7 @@ class Framework:
             memo.refresh(pod)
         # Every node was visited: the next search starts where this one did, (start + count).
         cache.next_start_index = start
-        return list(memo.feasible), dict(memo.reasons), list(memo.resource)
+        return list(memo.feasible), dict(memo.reasons), list(memo.resource), memo.plain
 
     def _score(
         self, pod: PodInfo, nodes: list[NodeInfo], resource: list[int] | None = None
@@ -697,6 +704,26 @@ class Framework:
             else:
                 totals = [t + weight * s for t, s in zip(totals, scores, strict=True)]
         return totals
+
+
+def _plain_totals(pod: PodInfo, nodes: list[NodeInfo], resource: list[int]) -> list[int]:
+    """`Framework._score` of the default plugins over `nodes` without soft taints or zones,
+    given their resource scores: TaintToleration then scores nothing and OwnerSpread is its
+    zoneless formula, here added in the same pass as the sum."""
+    totals = resource
+    affinity = _NODE_AFFINITY.score(pod, nodes)
+    if affinity is not None:
+        totals = [t + 2 * s for t, s in zip(totals, affinity, strict=True)]
+    owner = pod.owner
+    if owner is None:
+        return totals
+    counts = [node.owners.get(owner, 0) for node in nodes]
+    high = max(counts)
+    if high == 0:
+        return totals  # OwnerSpread: no pod of the owner on these nodes, all score alike
+    return [
+        t + 2 * (MAX_NODE_SCORE * (high - c) // high) for t, c in zip(totals, counts, strict=True)
+    ]
 
 
 def _checks(framework: Framework, pod: PodInfo) -> list[NodeFilter]:
@@ -718,8 +745,8 @@ class _ShapeMemo:
     """`Framework._filter_memo`'s state for one pod shape: over the nodes in search order,
     each one's version and verdict as computed, and what they add up to."""
 
-    __slots__ = ("checks", "feasible", "nodes", "order", "position", "reasons", "resource",
-                 "start", "verdicts", "versions")  # fmt: skip
+    __slots__ = ("checks", "feasible", "nodes", "order", "plain", "position", "reasons",
+                 "resource", "start", "verdicts", "versions")  # fmt: skip
 
     def __init__(self, framework: Framework, pod: PodInfo, nodes: list[NodeInfo], start: int):
         self.nodes = nodes  # the cache's node list (a new list whenever nodes come or go)
@@ -743,6 +770,7 @@ class _ShapeMemo:
                 self.position[i] = len(self.feasible)
                 self.feasible.append(n)
                 self.resource.append(score)
+        self.plain = not any(n.soft_taints or n.zone is not None for n in self.feasible)
 
     def refresh(self, pod: PodInfo) -> None:
         """Recompute the nodes that changed since; `pod` has this memo's shape."""
@@ -755,6 +783,8 @@ class _ShapeMemo:
         for i in changed:
             n = self.order[i]
             versions[i] = n.version
+            if n.soft_taints or n.zone is not None:
+                self.plain = False  # until `_total` looks again
             verdict = self.verdicts[i] = _verdict(pod, n, checks)
             at = self.position.get(i)
             if verdict[0] or at is None:

@@ -9,11 +9,12 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from schedfixtures import bound, cache_with, node, pod, taint
+from schedfixtures import bound, cache_with, expr, node, pod, preferred, taint
 from test_sched_framework import cpus, label_maps, mems, taints, tolerations
 
 from orchestrator.scheduler import DEFAULT_FRAMEWORK, Framework, SchedulerCache
-from orchestrator.scheduler.framework import DEFAULT_FILTERS, DEFAULT_SCORES
+from orchestrator.scheduler.framework import DEFAULT_FILTERS, DEFAULT_SCORES, _plain_totals
+from orchestrator.scheduler.info import ZONE_LABEL, PodInfo
 
 Obj = dict[str, Any]
 
@@ -28,7 +29,11 @@ nodes_st = st.builds(
     ),
     st.sampled_from(["1", "2", "4"]),
     st.sampled_from(["1Gi", "4Gi"]),
-    label_maps,
+    st.builds(  # a zone on some nodes: OwnerSpread's zoned formula (no `_plain_totals`)
+        lambda labels, zone: {**labels, ZONE_LABEL: zone} if zone else labels,
+        label_maps,
+        st.sampled_from([None, None, "z1", "z2"]),
+    ),
     st.one_of(st.just([]), taints),
     st.sampled_from([True, True, True, False]),
     st.sampled_from([False, False, False, True]),
@@ -139,3 +144,44 @@ def test_pods_that_differ_in_requests_do_not_share_verdicts() -> None:
         p = pod(f"p{i}", cpu="2" if i % 2 else "500m")
         d = DEFAULT_FRAMEWORK.schedule_one(p, cache, rng, 0.0)
         assert ("n0" in d.reasons) == (i % 2 == 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    labels=st.lists(label_maps, min_size=2, max_size=6),
+    owners=st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b"])), max_size=12),
+    owner=st.sampled_from([None, "a", "b"]),
+    prefer=st.booleans(),
+    resource=st.lists(st.integers(0, 200), min_size=6, max_size=6),
+)
+def test_plain_totals_are_the_default_plugins_sum(
+    labels: list[Obj],
+    owners: list[tuple[int, str]],
+    owner: str | None,
+    prefer: bool,
+    resource: list[int],
+) -> None:
+    """Over nodes without soft taints or zones, `_plain_totals` is `_score` of the defaults."""
+    cache = cache_with(*(node(f"n{i}", labels=kw) for i, kw in enumerate(labels)))
+    for j, (i, o) in enumerate(owners):
+        cache.assume(pod(f"q{j}", owner=o), f"n{i % len(labels)}", 0.0)
+    nodes = cache.nodes()
+    affinity = preferred((3, [expr("disk", "In", "a")]), (5, [expr("gpu", "Exists")]))
+    info = PodInfo.from_pod(pod("p", owner=owner, affinity=affinity if prefer else None))
+    given_scores = resource[: len(nodes)]
+    assert _plain_totals(info, nodes, list(given_scores)) == DEFAULT_FRAMEWORK._score(
+        info, nodes, list(given_scores)
+    )
+
+
+def test_a_node_that_gains_a_zone_ends_the_plain_scoring() -> None:
+    cache = cache_with(*(node(f"n{i}") for i in range(3)))
+    rng = random.Random(0)
+    first = DEFAULT_FRAMEWORK.schedule_one(pod("a", cpu="1", owner="a"), cache, rng, 0.0)
+    assert first.node is not None
+    (memo,) = cache.shape_memo.values()
+    assert memo.plain
+    cache.update_node(node("n1", labels={ZONE_LABEL: "z1"}))  # still feasible: no re-total
+    DEFAULT_FRAMEWORK.schedule_one(pod("b", cpu="1", owner="a"), cache, rng, 0.0)
+    assert cache.shape_memo[next(iter(cache.shape_memo))] is memo
+    assert not memo.plain
