@@ -692,3 +692,63 @@ def test_malformed_leaf_schemas_are_walked_not_trusted() -> None:
     v = validate(schema, {"a": "x", "b": "y", "c": "z"}, strict=True)
     assert v.obj == {"a": "x", "b": "y", "c": "z"}
     assert messages(v) == ['b: Unsupported value: "y": supported values: 1, "x"']
+
+
+ITEMS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "conds": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["type"],
+                "properties": {
+                    "type": {"type": "string"},
+                    "status": {"type": "string", "default": "Unknown"},
+                    "n": {"type": "integer", "minimum": 0},
+                    "detail": {
+                        "type": "object",
+                        "properties": {"m": {"type": "integer", "minimum": 0}},
+                    },
+                },
+            },
+        },
+        "maybe": {
+            "type": "array",
+            "items": {"type": "object", "nullable": True, "properties": {"a": {"type": "string"}}},
+        },
+    },
+}
+
+
+def test_items_of_an_object_schema_are_checked_item_by_item() -> None:
+    """An array of objects takes a shorter way through its items (no `walk` per item); each
+    item still gets the checks, defaults, unknown-field paths and sharing of a walked one."""
+    v = validate(
+        ITEMS,
+        {"conds": [{"type": "A"}, {"n": -1, "x": 1}, "text", None], "maybe": [None, {"a": "b"}]},
+        strict=False,
+    )
+    assert v.obj == {
+        "conds": [{"type": "A", "status": "Unknown"}, {"n": -1, "status": "Unknown"}, "text", None],
+        "maybe": [None, {"a": "b"}],
+    }
+    assert messages(v) == [
+        "conds[1].n: Invalid value: -1: must be greater than or equal to 0",
+        "conds[1].type: Required value",
+        'conds[2]: Invalid value: "string": conds[2] in body must be of type object: "string"',
+        'conds[3]: Invalid value: "null": conds[3] in body must be of type object: "null"',
+    ]
+    assert v.unknown == ["conds[1].x"]
+    # An item shared with the stored object is taken as valid (copied); an equal one is checked.
+    stored: dict[str, Any] = {"conds": [{"n": -5}, {"type": "B", "detail": {"m": -7}}]}
+    update = {
+        "conds": [
+            stored["conds"][0],
+            {"type": "B", "n": -2, "detail": stored["conds"][1]["detail"]},
+        ]
+    }
+    v = validate(ITEMS, update, strict=True, old=stored)
+    assert messages(v) == ["conds[1].n: Invalid value: -2: must be greater than or equal to 0"]
+    assert v.obj["conds"][0] == {"n": -5}
+    assert v.obj["conds"][0] is not stored["conds"][0]

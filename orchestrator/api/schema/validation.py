@@ -240,7 +240,11 @@ class _Plan:
         "embedded",
         "enum",
         "int_or_string",
+        "items",
         "leaves",
+        "map_keys",
+        "max_items",
+        "min_items",
         "nullable",
         "numeric_checks",
         "preserve",
@@ -249,6 +253,7 @@ class _Plan:
         "schema",
         "string_checks",
         "type",
+        "unique",
     )  # fmt: skip
 
     def __init__(self, s: Schema) -> None:
@@ -277,6 +282,16 @@ class _Plan:
         required = s.get("required")
         self.required = (
             [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
+        )
+        # An array's: its items' schema, bounds, and whether items are unique (a set) or keyed
+        # (a map: its keys).
+        self.items = s.get("items")
+        self.min_items, self.max_items = _int(s.get("minItems")), _int(s.get("maxItems"))
+        list_type = s.get("x-kubernetes-list-type")
+        self.unique = list_type == "set" or s.get("uniqueItems") is True
+        keys = s.get("x-kubernetes-list-map-keys")
+        self.map_keys: list[Any] | None = (
+            keys if list_type == "map" and isinstance(keys, list) and keys else None
         )
         # Properties whose value is valid as it is when of this exact type (and, for some, passes
         # one cheap test): a string, boolean or integer with no other check that could fire, or
@@ -367,7 +382,7 @@ class _Walker:
             if not isinstance(v, list):
                 self._type_error(path, v, "array")
                 return copy_json(v)
-            out = self._array(s, v, path, o if type(o) is list else None)
+            out = self._array(p, v, path, o if type(o) is list else None)
         elif t == "string":
             if not isinstance(v, str):
                 self._type_error(path, v, "string")
@@ -513,17 +528,31 @@ class _Walker:
                 self.causes.append(Cause(_child(path, r), "Required value", "FieldValueRequired"))
         return out
 
-    def _array(self, s: Schema, v: list[Any], path: str, o: list[Any] | None) -> list[Any]:
-        items = s.get("items")
-        if o:
-            n = len(o)
+    def _array(self, p: _Plan, v: list[Any], path: str, o: list[Any] | None) -> list[Any]:
+        items = p.items
+        stored = o or []
+        n = len(stored)
+        ip = _plan(items) if isinstance(items, dict) else None
+        if ip is not None and ip.type == "object" and not ip.int_or_string and not ip.enum:
+            # Items of an object schema (conditions, containers...): what `walk` does for a
+            # dict item that is not the stored one, without its dispatch per item.
+            out = []
+            for i, x in enumerate(v):
+                ox = stored[i] if i < n else None
+                if type(x) is dict and ox is not x:
+                    out.append(
+                        self._object(ip, x, f"{path}[{i}]", ox if type(ox) is dict else None)
+                    )
+                else:
+                    out.append(self.walk(items, x, _index(path, i), ox))
+        elif o:
             out = [
                 self.walk(items, x, _index(path, i), o[i] if i < n else None)
                 for i, x in enumerate(v)
             ]
         else:
             out = [self.walk(items, x, _index(path, i)) for i, x in enumerate(v)]
-        lo, hi = _int(s.get("minItems")), _int(s.get("maxItems"))
+        lo, hi = p.min_items, p.max_items
         if lo is not None and len(out) < lo:
             where = f"{path} in body" if path else "body"
             self._invalid(path, len(out), f"{where} should have at least {lo} items")
@@ -533,8 +562,7 @@ class _Walker:
                     path, f"Too many: {len(out)}: must have at most {hi} items", "FieldValueTooMany"
                 )
             )
-        list_type = s.get("x-kubernetes-list-type")
-        if list_type == "set" or s.get("uniqueItems") is True:
+        if p.unique:
             seen: set[Any] = set()
             for i, x in enumerate(out):
                 c = _unique_key(x)
@@ -545,34 +573,31 @@ class _Walker:
                         )
                     )
                 seen.add(c)
-        elif list_type == "map":
-            keys = s.get("x-kubernetes-list-map-keys")
-            if isinstance(keys, list) and keys:
-                seen = set()
-                one = keys[0] if len(keys) == 1 and isinstance(keys[0], str) else None
-                for i, x in enumerate(out):
-                    if not isinstance(x, dict):
-                        continue
-                    if one is not None:  # the usual single key: no dict, sort or tuple
-                        c = _unique_key(x[one]) if one in x else _ABSENT
-                    else:
-                        c = tuple(
-                            sorted(
-                                (k, _unique_key(x[k]))
-                                for k in keys
-                                if isinstance(k, str) and k in x
-                            )
+        elif p.map_keys is not None:
+            keys = p.map_keys
+            seen = set()
+            one = keys[0] if len(keys) == 1 and isinstance(keys[0], str) else None
+            for i, x in enumerate(out):
+                if not isinstance(x, dict):
+                    continue
+                if one is not None:  # the usual single key: no dict, sort or tuple
+                    c = _unique_key(x[one]) if one in x else _ABSENT
+                else:
+                    c = tuple(
+                        sorted(
+                            (k, _unique_key(x[k])) for k in keys if isinstance(k, str) and k in x
                         )
-                    if c in seen:
-                        key_map = {k: x[k] for k in keys if isinstance(k, str) and k in x}
-                        self.causes.append(
-                            Cause(
-                                _index(path, i),
-                                f"Duplicate value: {quote(key_map)}",
-                                "FieldValueDuplicate",
-                            )
+                    )
+                if c in seen:
+                    key_map = {k: x[k] for k in keys if isinstance(k, str) and k in x}
+                    self.causes.append(
+                        Cause(
+                            _index(path, i),
+                            f"Duplicate value: {quote(key_map)}",
+                            "FieldValueDuplicate",
                         )
-                    seen.add(c)
+                    )
+                seen.add(c)
         return out
 
     def _string(self, s: Schema, v: str, path: str) -> None:
