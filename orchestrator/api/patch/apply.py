@@ -133,9 +133,14 @@ class _Entry:
             self._fields = fields
         return fields
 
-    def isdisjoint(self, paths: Collection[Path]) -> bool:
-        if self._fields is None and self.tree is not None:
-            return not any(_tree_has(self.tree, p) for p in paths)
+    def isdisjoint(self, paths: Collection[Path], tops: Collection[str] = ()) -> bool:
+        """Whether no path of `paths` is in the set; `tops`, if given, holds their first
+        elements (a status write's are all "f:status", a top field most trees lack)."""
+        tree = self.tree
+        if self._fields is None and tree is not None:
+            if tops and tree.keys().isdisjoint(tops):
+                return True
+            return not any(_tree_has(tree, p) for p in paths)
         return self.fields.isdisjoint(paths)
 
     def nonempty(self) -> bool:
@@ -262,7 +267,7 @@ def _is_ignored(path: Path, subresource: str, ignored: Collection[Path]) -> bool
         return True
     if path[0] == "f:metadata" and len(path) > 1 and path[1][2:] in _META_IGNORED:
         return True
-    return any(path[: len(prefix)] == prefix for prefix in ignored)
+    return bool(ignored) and any(path[: len(prefix)] == prefix for prefix in ignored)
 
 
 def _members(
@@ -738,8 +743,9 @@ def track_update(
     me = (manager, "Update", api_version, subresource)
     previous = next((e for e in base if e.identity() == me), None)
     gone = changed | removed
+    tops = {p[0] for p in gone}
     entries = [
-        e.with_fields(e.fields - gone) if not e.isdisjoint(gone) else e
+        e.with_fields(e.fields - gone) if not e.isdisjoint(gone, tops) else e
         for e in base
         if e.identity() != me
     ]
