@@ -140,17 +140,17 @@ class _Observer:
         manager = server.controllers
         if manager is None:
             raise RuntimeError("the benchmark needs the server's controller manager")
-        with trio.fail_after(60):
-            while manager.informers is None:  # noqa: ASYNC110  (set when this lone server leads)
-                await trio.sleep(0.01)
-        pods = manager.informers.informer(PODS)
 
         def seen(pod: Obj) -> None:
             if (pod.get("metadata") or {}).get("namespace") == NAMESPACE:
                 self.observe(pod, trio.current_time())
 
-        pods.add_event_handler(on_add=seen, on_update=lambda _old, new: seen(new))
-        await pods.wait_for_cache_sync()
+        with trio.fail_after(60):
+            while manager.informers is None:  # noqa: ASYNC110  (set when this lone server leads)
+                await trio.sleep(0.01)
+            pods = manager.informers.informer(PODS)  # the scheduler's and the controllers'
+            pods.add_event_handler(on_add=seen, on_update=lambda _old, new: seen(new))
+            await pods.wait_for_cache_sync()
 
 
 def _template(i: int) -> Obj:
