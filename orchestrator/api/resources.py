@@ -66,6 +66,7 @@ PATCH_TYPES = {
 # Kinds whose names are DNS-1123 labels rather than subdomains.
 _LABEL_NAMED = {("", "namespaces"), ("", "services")}
 _CRD = ("apiextensions.k8s.io", "customresourcedefinitions")
+_KEEP_SPEC = ("spec",)
 _PODS = ("", "pods")
 _NAMESPACES = ("", "namespaces")
 
@@ -199,6 +200,9 @@ class Api:
             strict=call.opts.field_validation == "Strict",
             # A built-in kind's schema is fixed, so what the stored object shares is valid.
             old=None if kind.custom else old,
+            # A status write keeps the stored spec (`prepare_update`): shared, not copied. The
+            # kind's defaulting below only fills what a stored spec already has.
+            keep=_KEEP_SPEC if sub == "status" else (),
         )
         if checked.unknown:
             if call.opts.field_validation == "Strict":

@@ -752,3 +752,27 @@ def test_items_of_an_object_schema_are_checked_item_by_item() -> None:
     assert messages(v) == ["conds[1].n: Invalid value: -2: must be greater than or equal to 0"]
     assert v.obj["conds"][0] == {"n": -5}
     assert v.obj["conds"][0] is not stored["conds"][0]
+
+
+def test_kept_top_level_fields_of_the_stored_object_are_shared() -> None:
+    """`keep` names top-level fields the caller will not modify: the stored object's (by
+    identity) go into the result as they are; anything else is copied as usual."""
+    stored = validate(DEPLOYMENT, deployment(replicas=1), strict=True).obj
+    update = {**stored, "status": {"replicas": 1}}
+    kept = validate(DEPLOYMENT, update, strict=True, old=stored, keep=("spec",))
+    assert kept.causes == []
+    assert kept.obj["spec"] is stored["spec"]
+    copied = validate(DEPLOYMENT, update, strict=True, old=stored)
+    assert copied.obj["spec"] == stored["spec"]
+    assert copied.obj["spec"] is not stored["spec"]
+    # An equal spec that is not the stored one is walked (and copied) even when kept.
+    equal = {**update, "spec": copy.deepcopy(stored["spec"])}
+    walked = validate(DEPLOYMENT, equal, strict=True, old=stored, keep=("spec",))
+    assert walked.obj["spec"] == stored["spec"]
+    assert walked.obj["spec"] is not equal["spec"]
+    assert walked.obj["spec"] is not stored["spec"]
+    # Only top-level fields: a nested field of that name is copied.
+    fresh = {**update, "spec": {**stored["spec"]}}  # a new spec holding the stored selector
+    nested = validate(DEPLOYMENT, fresh, strict=True, old=stored, keep=("selector",))
+    assert nested.obj["spec"]["selector"] == stored["spec"]["selector"]
+    assert nested.obj["spec"]["selector"] is not stored["spec"]["selector"]

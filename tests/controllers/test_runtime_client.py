@@ -323,6 +323,7 @@ async def test_read_only_writes_hand_their_object_to_the_read_only_watches() -> 
         created, bound, running = got
         assert created["spec"] is replies[0]["spec"]  # the stored object, not a decode
         assert running["status"] is replies[1]["status"]
+        assert running["spec"] is bound["spec"]  # a status write keeps the stored spec, shared
         assert created["metadata"]["resourceVersion"] == replies[0]["metadata"]["resourceVersion"]
         assert bound["spec"]["nodeName"] == "edge-1"
         assert running == fresh  # what a decode of the stored value gives, exactly

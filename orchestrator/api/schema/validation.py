@@ -21,7 +21,8 @@ building a NEW object (the input is never touched):
 The copy shares one part with its input: the root's `metadata.managedFields` when it is the
 stored object's list (`old`'s, by identity: an update that left it alone). Every write replaces
 that list with one it computes (`track_update`, server-side apply) and nothing modifies it, so
-copying it, the biggest part of most objects' metadata, would be wasted work.
+copying it, the biggest part of most objects' metadata, would be wasted work. Likewise the
+top-level fields the caller names in `keep` (a status write: the stored spec).
 
 Speed: each schema node's facts are read once (`_Plan`); a property whose schema is a plain
 leaf (a string, boolean or integer with no check, or only an enum of strings or the date-time
@@ -43,7 +44,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +83,9 @@ class Validated:
         return not self.causes
 
 
-def validate(schema: Schema, obj: Any, *, strict: bool, old: Any = None) -> Validated:
+def validate(
+    schema: Schema, obj: Any, *, strict: bool, old: Any = None, keep: Collection[str] = ()
+) -> Validated:
     """Prune, default and validate `obj` against `schema`; see the module docstring.
 
     `strict` only records the caller's intent (fieldValidation=Strict): both modes prune unknown
@@ -93,8 +96,12 @@ def validate(schema: Schema, obj: Any, *, strict: bool, old: Any = None) -> Vali
     part of `old` is already pruned, defaulted and valid, so it is copied without a walk —
     a status update shares the whole spec with the stored object. Callers pass `old` only
     when the schema cannot have changed since `old` was stored (built-in kinds).
+
+    `keep`: top-level fields that, when they are `old`'s, go into the result as they are
+    instead of copied: the caller will not modify them (nor let anyone) — as a status write
+    keeps the stored spec.
     """
-    walker = _Walker()
+    walker = _Walker(keep)
     try:
         out = walker.walk(schema, obj, "", old)
     except RecursionError:
@@ -346,9 +353,10 @@ _SPECS: dict[tuple[int, bytes], tuple[Any, Any, list[Cause], list[str]]] = {}
 
 
 class _Walker:
-    def __init__(self) -> None:
+    def __init__(self, keep: Collection[str] = ()) -> None:
         self.causes: list[Cause] = []
         self.unknown: list[str] = []
+        self.keep = keep
 
     def _invalid(self, path: str, value: Any, msg: str) -> None:
         self.causes.append(Cause(path, f"Invalid value: {quote(value)}: {msg}"))
@@ -498,8 +506,15 @@ class _Walker:
                 if val is None and not (isinstance(ps, dict) and ps.get("nullable") is True):
                     continue  # a null is an absent field
                 ov = o.get(k) if o else None
-                if ov is val and k == "managedFields" and path == "metadata" and ov is not None:
-                    out[k] = val  # the stored list, shared (see the module doc)
+                if (
+                    ov is val
+                    and ov is not None
+                    and (
+                        (k == "managedFields" and path == "metadata")
+                        or (not path and k in self.keep)
+                    )
+                ):
+                    out[k] = val  # the stored value, shared (see the module doc)
                     continue
                 if k == "spec" and not path and ov is None and type(val) is dict:
                     out[k] = self._spec(ps, val)
