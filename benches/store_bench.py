@@ -755,7 +755,7 @@ def run_point(
                 "raw",
                 "--threads",
                 "--rate",
-                "100",
+                str(args.py_spy_rate),
                 *args.py_spy_args.split(),
                 "-d",
                 str(int(args.duration)),
@@ -970,7 +970,7 @@ def _comparison(rows: list[dict[str, Any]], clients: list[str], n: int) -> dict[
 
 
 def _profile_summary(
-    path: str, duration: float, thread_cpu: dict[str, float], top: int = 20
+    path: str, duration: float, thread_cpu: dict[str, float], top: int = 20, rate: int = 100
 ) -> dict[str, Any]:
     """Print the leader's CPU by thread (/proc) and the top functions (self and inclusive
     samples) of a py-spy raw profile."""
@@ -1003,9 +1003,9 @@ def _profile_summary(
                 self_c[funcs[-1]] += count
             for fn in set(funcs):
                 incl_c[fn] += count
-    wall = duration * 100.0  # samples of one thread busy the whole time at --rate 100
+    wall = duration * rate  # samples of one thread busy the whole time
     print(
-        f"# py-spy on our leader: {total} samples over {duration:g}s at 100 Hz "
+        f"# py-spy on our leader: {total} samples over {duration:g}s at {rate} Hz "
         f"(100% = one thread sampled all the time); by thread:"
     )
     for t, n in threads.most_common(8):
@@ -1092,6 +1092,12 @@ def main() -> int:
         "threads in fsync as busy)",
     )
     ap.add_argument(
+        "--py-spy-rate",
+        type=int,
+        default=100,
+        help="py-spy samples per second (higher: finer profile, more overhead on that server)",
+    )
+    ap.add_argument(
         "--profile-file",
         default="",
         help="where py-spy writes its raw profile (default: in the temp dir)",
@@ -1172,7 +1178,9 @@ def main() -> int:
         ratios = _comparison(rows, clients, args.etcd_servers) if etcd_bin else {}
         if profile is not None:
             profile.update(
-                _profile_summary(profile["file"], args.duration, profile["thread_cpu_s"])
+                _profile_summary(
+                    profile["file"], args.duration, profile["thread_cpu_s"], rate=args.py_spy_rate
+                )
             )
     finally:
         if not args.keep_data:

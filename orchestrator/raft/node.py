@@ -499,10 +499,20 @@ class RaftNode:
         )
 
     async def _forward_inbound(self) -> None:
-        async for m in self.transport.inbound:
-            self._inbox.append(m)
+        inbound = self.transport.inbound
+        async for m in inbound:
+            inbox = self._inbox  # the loop takes the list and leaves a new one each turn
+            inbox.append(m)
+            # Also whatever came with it, without a yield per message (as `async for` would):
+            # messages that arrived together (both followers' acknowledgements) are stepped in
+            # one turn of the loop rather than one turn each.
+            while True:
+                try:
+                    inbox.append(inbound.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
             self._wake.set()
-            if len(self._inbox) > 10_000:
+            if len(inbox) > 10_000:
                 await trio.lowlevel.checkpoint()  # let the loop drain a flood
 
     def _on_peer_down(self, peer: NodeId) -> None:

@@ -205,7 +205,12 @@ class ClientService:
                             if not data:
                                 break
                             for frame in decoder.receive_data(data):
-                                await limiter.acquire_on_behalf_of(frame)
+                                # Awaiting only when the connection is at its bound: the await
+                                # is a yield to the scheduler, a task switch per request.
+                                try:
+                                    limiter.acquire_on_behalf_of_nowait(frame)
+                                except trio.WouldBlock:
+                                    await limiter.acquire_on_behalf_of(frame)
                                 if not self._fast_write(frame, send_q, limiter, nursery):
                                     nursery.start_soon(self._handle, frame, send_q.clone(), limiter)
         except* (OSError, trio.BrokenResourceError, trio.ClosedResourceError, FramingError) as eg:

@@ -10,6 +10,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import msgpack
@@ -744,6 +745,31 @@ def test_an_apply_commits_once_the_transaction_is_old_enough(tmp_path: Path) -> 
         assert [row[0] for row in dump(n.path)["kv"]] == ["a", "b"]
     finally:
         n.close()
+
+
+def test_by_default_applies_share_a_transaction_for_100_ms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """etcd's batch interval: applies within 100 ms of the first share its transaction (each
+    hot index page is written once per 100 ms, not once per apply); the first one after it
+    commits."""
+    now = [1000.0]
+    monkeypatch.setattr(mvcc, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    store = MVCCStore(tmp_path / "store.db")  # the default interval
+    try:
+
+        def put(index: int, key: str) -> None:
+            store.apply([Entry(1, index, EntryType.NORMAL, encode_put(key, b"v"))])
+
+        put(1, "a")
+        now[0] += 0.099
+        put(2, "b")
+        assert dump(tmp_path / "store.db")["kv"] == []  # still one open transaction
+        now[0] += 0.001
+        put(3, "c")
+        assert [row[0] for row in dump(tmp_path / "store.db")["kv"]] == ["a", "b", "c"]
+    finally:
+        store.close()
 
 
 def test_a_crash_loses_the_open_transaction_and_the_replay_applies_it_once(
