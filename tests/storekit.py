@@ -37,3 +37,18 @@ async def raft_stores(root: Path, size: int) -> AsyncIterator[dict[int, RaftStor
             await nursery.start(s.run)
         yield stores
         nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def lone_store(root: Path) -> AsyncIterator[RaftStore]:
+    """A one-server store (data under `root`) that leads; cancelled on exit."""
+    cfg = NodeConfig(
+        node_id=1, data_dir=root, peer_listen="127.0.0.1:0", founders={1: "127.0.0.1:0"}
+    )
+    store = RaftStore(RaftNode(cfg, lambda d: open_store(d, quota_bytes=2**30)))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.run)
+        with trio.fail_after(10):
+            await store.node.wait_leader()
+        yield store
+        nursery.cancel_scope.cancel()

@@ -4,16 +4,12 @@ database read is added only when no write was applied after it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import trio
+from storekit import lone_store
 
-from orchestrator.raft.node import NodeConfig, RaftNode
-from orchestrator.server import open_store
 from orchestrator.store import raftstore
 from orchestrator.store.raftstore import RaftStore
 from orchestrator.store.types import Event, EventType, KeyValue
@@ -47,21 +43,6 @@ def test_latest_write_wins_deletes_are_remembered_and_size_is_bounded(monkeypatc
     s._remember([_put("e", b"666666", 8)])  # 3 + 4 + 1 + 6 bytes > 10: oldest go
     assert list(s._recent) == ["d", "e"]
     assert s._recent_bytes == 7
-
-
-@asynccontextmanager
-async def lone_store(tmp_path: Path) -> AsyncIterator[RaftStore]:
-    """A one-server store that leads, cancelled on exit."""
-    cfg = NodeConfig(
-        node_id=1, data_dir=tmp_path, peer_listen="127.0.0.1:0", founders={1: "127.0.0.1:0"}
-    )
-    store = RaftStore(RaftNode(cfg, lambda d: open_store(d, quota_bytes=2**30)))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(store.run)
-        with trio.fail_after(10):
-            await store.node.wait_leader()
-            yield store
-        nursery.cancel_scope.cancel()
 
 
 async def test_local_gets_see_every_applied_write(tmp_path: Path) -> None:

@@ -12,29 +12,20 @@ from typing import Any
 import msgpack
 import pytest
 import trio
+from storekit import lone_store
 
 from orchestrator.raft.framing import FrameDecoder, encode_frame
-from orchestrator.raft.node import NodeConfig, RaftNode
-from orchestrator.server import open_store
 from orchestrator.store import service
-from orchestrator.store.raftstore import RaftStore
 from orchestrator.store.service import ClientService
 
 
 @asynccontextmanager
 async def lone_service(tmp_path: Path) -> AsyncIterator[ClientService]:
     """A one-server store that leads, with its client port on loopback; cancelled on exit."""
-    cfg = NodeConfig(
-        node_id=1, data_dir=tmp_path, peer_listen="127.0.0.1:0", founders={1: "127.0.0.1:0"}
-    )
-    store = RaftStore(RaftNode(cfg, lambda d: open_store(d, quota_bytes=2**30)))
-    async with trio.open_nursery() as nursery:
-        await nursery.start(store.run)
+    async with lone_store(tmp_path) as store, trio.open_nursery() as nursery:
         svc = ClientService(store, "127.0.0.1:0")
         await nursery.start(svc.run)
-        with trio.fail_after(10):
-            await store.node.wait_leader()
-            yield svc
+        yield svc
         nursery.cancel_scope.cancel()
 
 
