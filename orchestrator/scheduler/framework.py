@@ -389,6 +389,17 @@ class NodeAffinityScore:
 ZONE_WEIGHTING: Final = 2 / 3
 
 
+def _owner_counts(pod: PodInfo, nodes: Sequence[NodeInfo]) -> tuple[list[int], int] | None:
+    """The pods of `pod`'s controller on each node, and their maximum; None when the pod has no
+    controller or none of these nodes holds one of its pods."""
+    owner = pod.owner
+    if owner is None:
+        return None
+    counts = [node.owners.get(owner, 0) for node in nodes]
+    high = max(counts)
+    return None if high == 0 else (counts, high)
+
+
 @dataclass(frozen=True)
 class OwnerSpread:
     """Spread pods of one controller (the controller ownerReference) across nodes and zones.
@@ -400,13 +411,10 @@ class OwnerSpread:
     name: str = "OwnerSpread"
 
     def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None:
-        owner = pod.owner
-        if owner is None:
-            return None
-        counts = [node.owners.get(owner, 0) for node in nodes]
-        high = max(counts)
-        if high == 0:
+        spread = _owner_counts(pod, nodes)
+        if spread is None:
             return None  # no pod of this owner on any of these nodes: all score 100
+        counts, high = spread
         zones: dict[str, int] = {}
         for node, count in zip(nodes, counts, strict=True):
             if node.zone is not None:
@@ -714,13 +722,10 @@ def _plain_totals(pod: PodInfo, nodes: list[NodeInfo], resource: list[int]) -> l
     affinity = _NODE_AFFINITY.score(pod, nodes)
     if affinity is not None:
         totals = [t + 2 * s for t, s in zip(totals, affinity, strict=True)]
-    owner = pod.owner
-    if owner is None:
-        return totals
-    counts = [node.owners.get(owner, 0) for node in nodes]
-    high = max(counts)
-    if high == 0:
+    spread = _owner_counts(pod, nodes)
+    if spread is None:
         return totals  # OwnerSpread: no pod of the owner on these nodes, all score alike
+    counts, high = spread
     return [
         t + 2 * (MAX_NODE_SCORE * (high - c) // high) for t, c in zip(totals, counts, strict=True)
     ]
