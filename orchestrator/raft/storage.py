@@ -18,7 +18,13 @@ Invariants:
   would break this, and `load` raises `StorageCorrupt` if it finds the file in any other shape.
 - An entry written at index i replaces every stored entry at index >= i (Raft log truncation).
 - A snapshot received from the leader (`save(..., snapshot=...)`) replaces the whole log; a
-  locally made one (`compact`) only drops the entries up to `upto`.
+  locally made one (`compact`) only drops the entries up to `upto`, and not all at once: each
+  transaction (`compact`'s and every later `save`'s) deletes at most `DROP_PER_TRANSACTION` of
+  them, oldest first. Under load a snapshot covers tens of MiB of entries, and deleting those
+  in one transaction (SQLite reads every overflow page it frees) held the Raft loop for about
+  200 ms; a few per save cost each save a millisecond or so. The entries waiting to be dropped
+  are below the snapshot, so `load` never returns them, and a restart only leaves them for the
+  next `compact`, which drops from the oldest stored entry.
 - The connection is opened with `check_same_thread=False` because `DbThread` may run successive
   calls on different pool threads; it never runs two at once, so no locking is needed here.
 """
@@ -40,6 +46,9 @@ from ..dbthread import open_wal
 from .types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
 
 SCHEMA_VERSION = 1
+# Entries covered by a local snapshot that one transaction deletes, at most (see the module doc):
+# a batch entry holds up to 256 KiB of commands, so about 1 MiB.
+DROP_PER_TRANSACTION = 4
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
@@ -63,6 +72,7 @@ _SQL_TRUNCATE_FROM = "DELETE FROM entries WHERE idx >= ?"
 _SQL_COMPACT_UPTO = "DELETE FROM entries WHERE idx <= ?"
 _SQL_DELETE_ALL_ENTRIES = "DELETE FROM entries"
 _SQL_LAST_INDEX = "SELECT max(idx) FROM entries"
+_SQL_FIRST_INDEX = "SELECT min(idx) FROM entries"
 _SQL_TERM_AT = "SELECT term FROM entries WHERE idx = ?"
 _SQL_SNAPSHOT_INDEX = "SELECT idx FROM snapshot WHERE id = 1"
 _SQL_UPSERT_HARD_STATE = (
@@ -114,6 +124,10 @@ class RaftStorage:
         # nothing: the driver observes it as raft_wal_fsync_duration_seconds.
         self.last_save_seconds: float | None = None
         self._term_vote: tuple[int, int] | None = None  # as stored; None: not known yet
+        # Entries up to `_drop_upto` are covered by a local snapshot and still to be deleted;
+        # those up to `_dropped` are gone (see `_drop_some`).
+        self._drop_upto = 0
+        self._dropped = 0
         try:
             self._init_db()
         except BaseException:
@@ -171,8 +185,11 @@ class RaftStorage:
             snap_row = conn.execute(
                 "SELECT idx, term, voters, learners, data FROM snapshot WHERE id = 1"
             ).fetchone()
+            # From the snapshot index on: older entries (a tail kept for slow followers, or
+            # ones still to be dropped) are covered by the snapshot.
             entry_rows = conn.execute(
-                "SELECT idx, term, type, data FROM entries ORDER BY idx"
+                "SELECT idx, term, type, data FROM entries WHERE idx >= ? ORDER BY idx",
+                (0 if snap_row is None else snap_row[0],),
             ).fetchall()
         finally:
             conn.execute("COMMIT")
@@ -182,11 +199,11 @@ class RaftStorage:
         snapshot = None if snap_row is None else self._decode_snapshot(snap_row)
         entries = [self._decode_entry(r) for r in entry_rows]
         self._check_log(snapshot, entries)
-        snap_index = 0 if snapshot is None else snapshot.meta.index
-        # Entries kept by compact() below the snapshot index are covered by the snapshot; the
-        # core's log starts right after it.
-        first_kept = next((i for i, e in enumerate(entries) if e.index > snap_index), len(entries))
-        return LoadedState(hard_state, snapshot, entries[first_kept:])
+        # The entry at the snapshot index (read to check its term) is covered by the snapshot;
+        # the core's log starts right after it.
+        if snapshot is not None and entries and entries[0].index == snapshot.meta.index:
+            entries = entries[1:]
+        return LoadedState(hard_state, snapshot, entries)
 
     def _decode_snapshot(self, row: tuple[Any, ...]) -> Snapshot:
         idx, term, voters_raw, learners_raw, data = row
@@ -301,13 +318,17 @@ class RaftStorage:
                 conn.execute(
                     _SQL_UPSERT_HARD_STATE, (hard_state.term, hard_state.vote, hard_state.commit)
                 )
+            dropped = self._drop_some(conn, self._dropped, self._drop_upto)
+        self._dropped = dropped
         if hard_state is not None:
             self._term_vote = (hard_state.term, hard_state.vote)
         if not commit_only:  # an unsynced commit is not an fsync to observe
             self.last_save_seconds = time.perf_counter() - start
 
     def compact(self, snapshot: Snapshot, upto: int) -> None:
-        """Store a locally made snapshot and drop log entries up to `upto`, in one transaction.
+        """Store a locally made snapshot (one transaction) and drop the log entries up to
+        `upto`: the first few in that transaction, the rest a few per later `save` (see the
+        module doc).
 
         `upto` may be below the snapshot index to keep a tail of entries for slow followers.
         """
@@ -329,7 +350,24 @@ class RaftStorage:
                     f" snapshot says {snapshot.meta.term}"
                 )
             self._write_snapshot(conn, snapshot)
-            conn.execute(_SQL_COMPACT_UPTO, (upto,))
+            # Deleted a few at a time from the oldest stored entry on (see the module doc).
+            first = conn.execute(_SQL_FIRST_INDEX).fetchone()[0]
+            drop_upto = max(self._drop_upto, upto)
+            dropped = self._drop_some(conn, upto if first is None else first - 1, drop_upto)
+        # Only once committed: a failed transaction must not leave entries marked for deletion
+        # that no stored snapshot covers.
+        self._drop_upto, self._dropped = drop_upto, dropped
+
+    @staticmethod
+    def _drop_some(conn: sqlite3.Connection, dropped: int, drop_upto: int) -> int:
+        """Inside a write transaction: delete the next few (`DROP_PER_TRANSACTION`) of the
+        entries up to `drop_upto`, those up to `dropped` being gone already. Returns what is
+        gone once the transaction commits."""
+        if dropped >= drop_upto:
+            return dropped
+        upto = min(drop_upto, dropped + DROP_PER_TRANSACTION)
+        conn.execute(_SQL_COMPACT_UPTO, (upto,))
+        return upto
 
     @staticmethod
     def _stored_snapshot_index(conn: sqlite3.Connection) -> int:

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.dbthread import DbThread
+from orchestrator.raft import storage
 from orchestrator.raft.storage import (
     LoadedState,
     RaftStorage,
@@ -144,6 +145,11 @@ def test_snapshot_install_replaces_the_log(db_path: Path) -> None:
     s.close()
 
 
+def stored(path: Path) -> list[int]:
+    with raw(path) as c:
+        return [r[0] for r in c.execute("SELECT idx FROM entries ORDER BY idx")]
+
+
 def test_compact_drops_entries_up_to_upto(db_path: Path) -> None:
     s = RaftStorage(db_path)
     s.save(HardState(1, 1, 10), ents(1, 10, 1))
@@ -151,14 +157,59 @@ def test_compact_drops_entries_up_to_upto(db_path: Path) -> None:
     s.compact(sn, upto=5)
     # Entries 6 and 7 stay on disk for slow followers, but load() starts after the snapshot.
     assert s.load() == LoadedState(HardState(1, 1, 10), sn, ents(8, 10, 1))
-    with raw(db_path) as c:
-        assert [r[0] for r in c.execute("SELECT idx FROM entries ORDER BY idx")] == list(
-            range(6, 11)
-        )
+    s.save(HardState(1, 1, 10), [])  # (entry 5 goes in the save after: 4 per transaction)
+    assert stored(db_path) == list(range(6, 11))
     s.save(None, ents(9, 9, 2))  # appends after a compaction still truncate correctly
     s.compact(snap(9, 2), upto=9)
     s = reopen(s, db_path)
     assert s.load() == LoadedState(HardState(1, 1, 10), snap(9, 2), [])
+    s.close()
+
+
+def test_compaction_drops_a_few_entries_per_transaction(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(storage, "DROP_PER_TRANSACTION", 2)
+    s = RaftStorage(db_path)
+    s.save(HardState(1, 1, 10), ents(1, 10, 1))
+    s.compact(snap(8, 1), upto=7)
+    assert stored(db_path) == list(range(3, 11))  # two in compact's own transaction
+    s.save(HardState(1, 1, 10), [])  # a commit-only save drops two more
+    assert stored(db_path) == list(range(5, 11))
+    s.save(None, ents(11, 11, 1))
+    assert stored(db_path) == list(range(7, 12))
+    # A restart forgets what is left to drop; load() still starts after the snapshot.
+    s = reopen(s, db_path)
+    assert s.load() == LoadedState(HardState(1, 1, 10), snap(8, 1), ents(9, 11, 1))
+    s.save(None, ents(12, 12, 1))
+    assert stored(db_path) == list(range(7, 13))
+    # The next compaction drops from the oldest stored entry, the leftovers first.
+    s.compact(snap(10, 1), upto=10)
+    assert stored(db_path) == list(range(9, 13))
+    s.save(None, ents(13, 13, 1))
+    s.save(None, ents(14, 14, 1))
+    assert stored(db_path) == list(range(11, 15))
+    assert s.load() == LoadedState(HardState(1, 1, 10), snap(10, 1), ents(11, 14, 1))
+    s.close()
+
+
+def test_a_failed_compaction_marks_nothing_for_dropping(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(storage, "DROP_PER_TRANSACTION", 2)
+    s = RaftStorage(db_path)
+    s.save(HardState(1, 1, 10), ents(1, 10, 1))
+
+    def fail(*_: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(RaftStorage, "_write_snapshot", staticmethod(fail))
+    with pytest.raises(sqlite3.OperationalError):
+        s.compact(snap(8, 1), upto=8)
+    monkeypatch.undo()
+    for i in range(11, 16):
+        s.save(None, ents(i, i, 1))
+    assert stored(db_path) == list(range(1, 16))  # no snapshot covers them: all kept
     s.close()
 
 
