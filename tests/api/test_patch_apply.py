@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
 from typing import Any
 
@@ -205,6 +206,20 @@ def test_decode_accepts_non_canonical_keys_and_rejects_junk() -> None:
         with pytest.raises(ApiError) as err:
             decode_fields_v1(junk)
         assert err.value.code == 400
+
+
+def test_decoding_leaves_no_cyclic_garbage() -> None:
+    """Every stored write decodes field sets: garbage only the cyclic collector frees (a
+    recursive closure is a cycle) would pile up between its passes, which cost the loop."""
+    tree = {"f:spec": {"f:c": {'k:{"a":1}': {".": {}, "f:x": {}}}}, "f:metadata": {"f:l": {}}}
+    gc.collect()
+    gc.disable()
+    try:
+        for canonical in (False, True):
+            assert decode_fields_v1(tree, canonical=canonical)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 JSONISH = st.recursive(

@@ -24,6 +24,7 @@ members below it. `path_string` renders a path the way conflict messages print i
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..errors import bad_request
@@ -116,6 +117,25 @@ def _same(element: str) -> str:
     return element
 
 
+def _walk_fields(
+    node: dict[str, Any], prefix: Path, out: set[Path], element: Callable[[str], str]
+) -> None:
+    """`decode_fields_v1`'s walk: the paths under `prefix` into `out`. (A module function, not
+    a recursive closure: that is a reference cycle per call, left to the cyclic collector.)"""
+    for key, child in node.items():
+        if not isinstance(child, dict):
+            raise bad_request(f"managedFields: {short(key)} must map to an object")
+        if key == ".":
+            if prefix:
+                out.add(prefix)
+            continue
+        path = (*prefix, element(key))
+        if child:
+            _walk_fields(child, path, out, element)
+        else:
+            out.add(path)
+
+
 def decode_fields_v1(tree: Any, *, canonical: bool = False) -> FieldSet:
     """Parse a FieldsV1 tree; a malformed one is a 400 BadRequest. `canonical`: the tree is
     known to come from `encode_fields_v1` (a stored object's), so its path elements are taken
@@ -123,24 +143,8 @@ def decode_fields_v1(tree: Any, *, canonical: bool = False) -> FieldSet:
     if not isinstance(tree, dict):
         raise bad_request("managedFields: fieldsV1 must be an object")
     out: set[Path] = set()
-    element = _same if canonical else _canonical_element
-
-    def walk(node: dict[str, Any], prefix: Path) -> None:
-        for key, child in node.items():
-            if not isinstance(child, dict):
-                raise bad_request(f"managedFields: {short(key)} must map to an object")
-            if key == ".":
-                if prefix:
-                    out.add(prefix)
-                continue
-            path = (*prefix, element(key))
-            if child:
-                walk(child, path)
-            else:
-                out.add(path)
-
     try:
-        walk(tree, ())
+        _walk_fields(tree, (), out, _same if canonical else _canonical_element)
     except RecursionError:
         raise bad_request("managedFields: fieldsV1 is nested too deeply") from None
     return frozenset(out)
