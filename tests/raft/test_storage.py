@@ -166,12 +166,19 @@ def test_compact_drops_entries_up_to_upto(db_path: Path) -> None:
     s.close()
 
 
-def test_compaction_drops_a_few_entries_per_transaction(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def ten_entries(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> RaftStorage:
+    """A storage holding entries 1..10 (commit 10), dropping two per transaction."""
     monkeypatch.setattr(storage, "DROP_PER_TRANSACTION", 2)
     s = RaftStorage(db_path)
     s.save(HardState(1, 1, 10), ents(1, 10, 1))
+    return s
+
+
+def test_compaction_drops_a_few_entries_per_transaction(
+    db_path: Path, ten_entries: RaftStorage
+) -> None:
+    s = ten_entries
     s.compact(snap(8, 1), upto=7)
     assert stored(db_path) == list(range(3, 11))  # two in compact's own transaction
     s.save(HardState(1, 1, 10), [])  # a commit-only save drops two more
@@ -194,19 +201,17 @@ def test_compaction_drops_a_few_entries_per_transaction(
 
 
 def test_a_failed_compaction_marks_nothing_for_dropping(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
+    db_path: Path, ten_entries: RaftStorage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(storage, "DROP_PER_TRANSACTION", 2)
-    s = RaftStorage(db_path)
-    s.save(HardState(1, 1, 10), ents(1, 10, 1))
+    s = ten_entries
 
     def fail(*_: object) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(RaftStorage, "_write_snapshot", staticmethod(fail))
-    with pytest.raises(sqlite3.OperationalError):
-        s.compact(snap(8, 1), upto=8)
-    monkeypatch.undo()
+    with monkeypatch.context() as m:
+        m.setattr(RaftStorage, "_write_snapshot", staticmethod(fail))
+        with pytest.raises(sqlite3.OperationalError):
+            s.compact(snap(8, 1), upto=8)
     for i in range(11, 16):
         s.save(None, ents(i, i, 1))
     assert stored(db_path) == list(range(1, 16))  # no snapshot covers them: all kept
