@@ -560,13 +560,11 @@ class _Walker:
                     )
                 else:
                     out.append(self.walk(items, x, _index(path, i), ox))
-        elif o:
+        else:
             out = [
-                self.walk(items, x, _index(path, i), o[i] if i < n else None)
+                self.walk(items, x, _index(path, i), stored[i] if i < n else None)
                 for i, x in enumerate(v)
             ]
-        else:
-            out = [self.walk(items, x, _index(path, i)) for i, x in enumerate(v)]
         lo, hi = p.min_items, p.max_items
         if lo is not None and len(out) < lo:
             where = f"{path} in body" if path else "body"
