@@ -205,6 +205,8 @@ def server_argv(data_dir: Path, *extra: str) -> list[str]:
         f"127.0.0.1:{client}",
         "--listen",
         f"127.0.0.1:{api}",
+        "--kubelet-port",
+        "0",
         *extra,
     ]
 
@@ -405,7 +407,7 @@ def agent_only(root: Path, window: float) -> Obj:
                 "simulated",
                 "--node-name",
                 "footprint-agent",
-                "--log-port",
+                "--kubelet-port",
                 "0",
             ]
             agent = Proc(argv, root / "agent.log", child_env())

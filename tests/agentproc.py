@@ -81,7 +81,7 @@ class AgentProc:
             self.runtime,
             "--lease-renew-interval",
             str(self.lease_renew_interval),
-            "--log-port",
+            "--kubelet-port",
             "0",
             *self.extra_args,
         ]

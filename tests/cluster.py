@@ -225,7 +225,7 @@ class Cluster:
             s.api_addr if self.api else "none",
             "--token",
             CLUSTER_TOKEN,
-            *([] if self.agent else ["--no-agent"]),
+            *(["--kubelet-port", "0"] if self.agent else ["--no-agent"]),  # servers share a host
             "--tick-ms",
             str(self.tick_ms),
             "--election-ticks",

@@ -152,7 +152,7 @@ async def test_metrics_families_after_requests() -> None:
 
 
 async def test_agent_metrics_pod_start_and_cri_calls() -> None:
-    agent = AgentConfig(runtime="simulated", node_name="edge-m", log_port=0)
+    agent = AgentConfig(runtime="simulated", node_name="edge-m", kubelet_port=0)
     async with api_server(controllers=False, agent=agent) as h:
         before, _ = await scrape(h)
         pod = {

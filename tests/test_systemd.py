@@ -417,6 +417,8 @@ async def test_server_under_a_notify_socket(tmp_path: Path) -> None:
         "simulated",
         "--node-name",
         "systemd-test",
+        "--kubelet-port",
+        "0",  # not 10250: another test's server may hold it
     ]
     messages: list[str] = []
     proc = _start(argv, env, log_path)

@@ -31,21 +31,24 @@ the stream).
 
 *Endpoint.* `LogEndpoint` serves `GET /containerLogs/{namespace}/{pod}/{container}?tailLines=
 &follow=&previous=&timestamps=&sinceSeconds=&sinceTime=&limitBytes=` (and `/healthz`) over HTTPS
-with `orchestrator.api.auth.tls.serve`. The TLS context *requires* a client certificate signed by
-the cluster CA, and the app admits only the API server's identity (`AUTHORIZED_USERS`, or the
-group `system:masters`); anyone else gets 401/403. Errors are metav1.Status JSON bodies so the API
-server's `AgentLogProxy` relays them verbatim; success is `200 text/plain`, streamed in chunks of
-whole lines.
+with `orchestrator.api.auth.tls.serve`, on the node's own address (its InternalIP, never the
+wildcard) and the port of `--kubelet-port`. The TLS context *requires* a client certificate
+signed by the cluster CA (no certificate, or one of another CA: the handshake fails), and the app
+admits exactly one identity, the API server's kubelet client (`AUTHORIZED_USER`, the certificate
+`api.logproxy.kubelet_client_cert` issues): a node's certificate, another node's, an admin's
+(`system:masters` included) get 403 — even `/healthz` says nothing to them. Errors are
+metav1.Status JSON bodies so the API server's `AgentLogProxy` relays them verbatim; success is
+`200 text/plain`, streamed in chunks of whole lines.
 
 How the agent uses it
 ---------------------
 ::
 
-    tls = EndpointTLS.from_pki(pki)        # embedded agent: reuse the API server's serving cert
-    # or EndpointTLS.issue(pki, node_name, [node_ip], dir) when the agent holds the CA, or
-    # EndpointTLS(cert_path, key_path, ca_pem) with files it was given (a joined agent: its
-    # own key, certificate signed by the server, `servingcert`).
-    endpoint = LogEndpoint(data_dir, resolve_pod, tls=tls, host="0.0.0.0", port=10250)
+    tls = EndpointTLS.issue(pki, node_name, [node_name, node_ip], dir)  # the embedded agent:
+    # its server holds the CA; or EndpointTLS(cert_path, key_path, ca_pem) with files it was
+    # given (a joined agent: its own key, certificate signed by the server, `servingcert`).
+    # Either way the certificate is `system:node:<name>`'s: the API server's proxy checks it.
+    endpoint = LogEndpoint(data_dir, resolve_pod, tls=tls, host=node_ip, port=10250)
     port = await nursery.start(endpoint.run)   # report it as status.daemonEndpoints.kubeletEndpoint
     certs.on_reload(leaf, endpoint.reload_tls)  # `api.auth.renewal`: renewed certs, no restart
 
@@ -78,8 +81,7 @@ from ..api.auth.tls import ReloadableContext, client_cert_der, serve
 from ..api.errors import ApiError
 
 __all__ = [
-    "AUTHORIZED_GROUPS",
-    "AUTHORIZED_USERS",
+    "AUTHORIZED_USER",
     "EndpointTLS",
     "LogEndpoint",
     "LogFormatter",
@@ -100,9 +102,10 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 PodResolver = Callable[[str, str], Obj | None]
 
-# The API server's client identity for node agents (issued by `logproxy.kubelet_client_cert`).
-AUTHORIZED_USERS = frozenset({"kube-apiserver-kubelet-client", "system:apiserver"})
-AUTHORIZED_GROUPS = frozenset({"system:masters"})
+# The API server's client identity for node agents (issued by `logproxy.kubelet_client_cert`,
+# whose KUBELET_CLIENT_USER it equals): the only caller the endpoint serves. Admins read logs
+# through the API, which authorizes them; nobody reads them from the node directly.
+AUTHORIZED_USER = "kube-apiserver-kubelet-client"
 DEFAULT_PORT = 10250
 POLL_INTERVAL = 0.2
 READ_CHUNK = 64 * 1024
@@ -520,11 +523,6 @@ class EndpointTLS:
     ca_pem: bytes
 
     @classmethod
-    def from_pki(cls, pki: Pki) -> EndpointTLS:
-        """An agent embedded in a server: serve with the API server's own certificate."""
-        return cls(pki.serving_cert_path, pki.serving_key_path, pki.ca_pem)
-
-    @classmethod
     def issue(cls, pki: Pki, node_name: str, sans: list[str], directory: Path) -> EndpointTLS:
         """A fresh serving certificate for node `node_name` (blocking file I/O), written to
         `directory/kubelet.crt` and `kubelet.key`."""
@@ -554,7 +552,10 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class LogEndpoint:
-    """The agent's HTTPS log endpoint (see the module docstring). `run` reports the bound port."""
+    """The agent's HTTPS log endpoint (see the module docstring). `run` reports the bound port.
+
+    `host` is the node's address (an IP literal): there is deliberately no wildcard default.
+    """
 
     def __init__(
         self,
@@ -562,7 +563,7 @@ class LogEndpoint:
         pod_resolver: PodResolver,
         *,
         tls: EndpointTLS,
-        host: str = "0.0.0.0",
+        host: str,
         port: int = DEFAULT_PORT,
         poll_interval: float = POLL_INTERVAL,
         clock: Callable[[], float] = time.time,
@@ -654,7 +655,7 @@ class LogEndpoint:
         user = user_from_certificate(der, self._ca_cert) if der and self._ca_cert else None
         if user is None:
             raise errors.unauthorized()
-        if user.name not in AUTHORIZED_USERS and not AUTHORIZED_GROUPS & set(user.groups):
+        if user.name != AUTHORIZED_USER:
             raise ApiError(
                 403,
                 "Forbidden",
@@ -664,9 +665,9 @@ class LogEndpoint:
 
     async def _handle(self, scope: Scope) -> AsyncIterator[bytes] | bytes:
         path = str(scope.get("path", "/"))
+        self._authorize(scope)
         if path in ("/healthz", "/livez", "/readyz"):
             return b"ok"
-        self._authorize(scope)
         parts = path.strip("/").split("/")
         if scope.get("method", "GET") != "GET" or len(parts) != 4 or parts[0] != "containerLogs":
             raise errors.route_not_found()

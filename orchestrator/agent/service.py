@@ -5,7 +5,7 @@ Standalone::
     orchestrator agent --server https://10.0.0.1:6443[,URL...] --token TOKEN \\
         --data-dir /var/lib/agent [--ca-file ca.crt | --kubeconfig node.yaml] \\
         [--runtime auto|containerd|simulated] [--containerd-socket PATH] [--node-name NAME] \\
-        [--node-ip IP] [--labels k=v,...]
+        [--node-ip IP] [--labels k=v,...] [--kubelet-port PORT]
 
 The agent runs as a node (user `system:node:<name>`, group `system:nodes`), so NodeRestriction
 confines it to its own Node, Lease and pods. `--token` is either a join token from `orchestrator
@@ -27,12 +27,22 @@ within a second or two (`node.py`), so the node stays Ready when a server is pow
 
 Embedded (`orchestrator server`, default on; `--no-agent` disables): the agent runs in the
 server's nursery with `InProcessClient(api, system:node:<name>)` — no HTTP, still authorized and
-admitted as a node — data in `DATA_DIR/agent`, and serves container logs on its own port with
-the API server's certificate. A standalone agent serves them with a certificate of its own key
-signed by the cluster CA, obtained when joining or later with its node credentials
+admitted as a node — data in `DATA_DIR/agent`, and serves container logs on its own port with a
+certificate for `system:node:<name>` the server issues from its CA (`DATA_DIR/agent/kubelet.crt`,
+renewed by the API server's renewal loop). A standalone agent serves them with a certificate of
+its own key signed by the cluster CA, obtained when joining or later with its node credentials
 (`servingcert`: `DATA_DIR/kubelet.crt`, renewed within 30 days of expiry, also while it runs:
 `api.auth.renewal`). Either way the log endpoint picks up a renewed or rotated certificate
-without a restart (the embedded one through the API server's renewal loop).
+without a restart.
+
+The log endpoint (`logs.LogEndpoint`) listens on the node's address — the InternalIP its Node
+reports: `--node-ip`, else the host's outbound address; for the embedded agent the API's
+`--listen` address when that is a specific one (127.0.0.1 for a server on loopback) — never on
+the wildcard, and on `--kubelet-port` (both commands; default 10250, 0 = any free port). The
+Node advertises the port actually bound (0 when the endpoint is not served). A port that cannot
+be bound stops start-up with one line (`ListenError`: `orchestrator agent: --kubelet-port 10250
+is already in use ...`), exit status 1: a Node must not advertise a port some other process
+holds (the API server would send its log requests there).
 
 Runtime (`--runtime`, both commands): `auto` (default) uses containerd when its socket
 (`--containerd-socket`, default `/run/containerd/containerd.sock`) exists and answers `Version`
@@ -55,6 +65,8 @@ meanwhile are stopped when it reconnects. For long partitions give the pods a lo
 from __future__ import annotations
 
 import argparse
+import errno
+import ipaddress
 import logging
 import os
 import signal
@@ -76,12 +88,15 @@ from .podworker import WorkerOptions
 
 if TYPE_CHECKING:
     from ..api.apiserver import ApiServer
+    from ..api.auth.pki import Pki
     from ..client.config import ClientConfig
     from ..client.endpoints import EndpointSet
+    from .logs import EndpointTLS, LogEndpoint
 
 __all__ = [
     "RUNTIME_LABEL",
     "AgentConfig",
+    "ListenError",
     "add_parser",
     "choose_runtime",
     "client_config",
@@ -96,6 +111,76 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+DEFAULT_KUBELET_PORT = 10250
+PORT_FLAG = "--kubelet-port"
+
+
+class ListenError(Exception):
+    """The log endpoint could not listen; `str()` is the one line to show (no traceback)."""
+
+
+def listen_error(command: str, host: str, port: int, exc: BaseException) -> ListenError:
+    """The one line for a failed bind of `host:port` by `orchestrator <command>`."""
+    inner = _first_os_error(exc)
+    if inner is not None and inner.errno == errno.EADDRINUSE:
+        return ListenError(
+            f"orchestrator {command}: {PORT_FLAG} {port} is already in use on {host} "
+            "(choose another port, or 0 for any free one)"
+        )
+    if inner is not None and inner.errno == errno.EADDRNOTAVAIL:
+        return ListenError(
+            f"orchestrator {command}: cannot listen on {host}:{port} ({PORT_FLAG}): {host} is "
+            "not an address of this host (check --node-ip)"
+        )
+    why = (inner.strerror if inner is not None else None) or str(exc) or type(exc).__name__
+    return ListenError(
+        f"orchestrator {command}: cannot listen on {host}:{port} ({PORT_FLAG}): {why}"
+    )
+
+
+def _first_os_error(exc: BaseException) -> OSError | None:
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_os_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
+async def start_endpoint(nursery: trio.Nursery, endpoint: LogEndpoint, command: str) -> int:
+    """Start the log endpoint in `nursery`; its bound port. ListenError if it cannot listen."""
+    try:
+        port: int = await nursery.start(endpoint.run)
+    except* OSError as group:
+        raise listen_error(command, endpoint.host, endpoint.port, group) from None
+    log.info("log endpoint on %s", _host_port(endpoint.host, port))
+    return port
+
+
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def embedded_node_ip(node_ip: str, api_listen: str) -> str:
+    """The embedded agent's node address: `node_ip`, else the API's listen host when it is a
+    specific address (so a server on loopback keeps its agent on loopback), else the host's
+    outbound address."""
+    from .node import default_ip
+
+    if node_ip:
+        return node_ip
+    host = api_listen.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return default_ip()
+    return default_ip() if ip.is_unspecified else str(ip)
+
+
 @dataclass
 class AgentConfig:
     """The embedded agent of a server."""
@@ -104,8 +189,8 @@ class AgentConfig:
     containerd_socket: str | None = None
     node_name: str = ""  # default: the hostname
     labels: dict[str, str] = field(default_factory=dict)
-    node_ip: str = ""
-    log_port: int = 10250  # 0: any free port
+    node_ip: str = ""  # default: the API's listen address if specific, else the outbound one
+    kubelet_port: int = DEFAULT_KUBELET_PORT  # the log endpoint's; 0: any free port
     worker: WorkerOptions = field(default_factory=WorkerOptions)  # tests shorten back-offs
 
 
@@ -190,32 +275,26 @@ async def run_embedded(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The server's own agent (module doc); `started` once its local pods have workers."""
-    from ..api.auth.renewal import SERVING
     from . import node_client
-    from .logs import EndpointTLS, LogEndpoint
+    from .logs import LogEndpoint
 
     name = config.node_name or default_node_name()
+    node_ip = embedded_node_ip(config.node_ip, api.opts.listen)
     labels = dict(config.labels)
     kind, runtime = await choose_runtime(config.runtime, config.containerd_socket, labels)
     options = AgentOptions(
-        name, data_dir, labels=labels, node_ip=config.node_ip, worker=config.worker
+        name, data_dir, labels=labels, node_ip=node_ip, worker=config.worker, kubelet_port=0
     )
     agent = Agent(node_client(api.api, name), runtime, options)
     try:
         async with trio.open_nursery() as nursery:
             if api.pki is not None:
+                tls = await _embedded_tls(api, api.pki, name, node_ip, data_dir)
                 endpoint = LogEndpoint(
-                    data_dir,
-                    agent.resolve_pod,
-                    tls=EndpointTLS.from_pki(api.pki),
-                    port=config.log_port,
+                    data_dir, agent.resolve_pod, tls=tls, host=node_ip, port=config.kubelet_port
                 )
-                try:
-                    options.kubelet_port = await nursery.start(endpoint.run)
-                except* OSError as group:  # e.g. the port is taken by another server's agent
-                    log.warning("agent %s: log endpoint not served: %s", name, group.exceptions[0])
-                else:  # it serves with the API server's certificate: renewed with it
-                    api.certs.on_reload(SERVING, endpoint.reload_tls)
+                options.kubelet_port = await start_endpoint(nursery, endpoint, "server")
+                api.certs.on_reload(EMBEDDED_LEAF, endpoint.reload_tls)
             agent.reporter.opts.kubelet_port = options.kubelet_port
             await nursery.start(agent.run)
             log.info("node agent %s running (runtime %s)", name, kind)
@@ -223,6 +302,36 @@ async def run_embedded(
     finally:
         with trio.CancelScope(shield=True):
             await runtime.aclose()
+
+
+EMBEDDED_LEAF = "kubelet"  # the embedded agent's serving certificate in the server's renewer
+
+
+async def _embedded_tls(
+    api: ApiServer, pki: Pki, name: str, node_ip: str, data_dir: Path
+) -> EndpointTLS:
+    """The embedded agent's serving certificate (`system:node:<name>`, SANs its name and node
+    address), issued from the server's CA when missing, not covering them or expiring, and
+    renewed by the API server's renewal loop from then on."""
+    from ..api.auth.renewal import Leaf, in_thread
+    from . import servingcert
+    from .logs import EndpointTLS
+
+    addresses = servingcert.node_addresses(name, node_ip)
+    cert_path, key_path = servingcert.paths(data_dir)
+
+    def issue() -> EndpointTLS:
+        return EndpointTLS.issue(pki, name, addresses, data_dir)
+
+    def current() -> EndpointTLS:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if servingcert.check(data_dir, pki.ca_pem, addresses):
+            return EndpointTLS(cert_path, key_path, pki.ca_pem)
+        return issue()
+
+    tls = await trio.to_thread.run_sync(current)
+    api.certs.add(Leaf(EMBEDDED_LEAF, cert_path, key_path, in_thread(issue)))
+    return tls
 
 
 # ---------------------------------------------------------------------------------- standalone
@@ -265,7 +374,36 @@ def add_parser(sub: Any) -> None:
         help="seconds between the node's Lease renewals (default 10); keep it well under the "
         "servers' --node-monitor-grace-period",
     )
-    a.add_argument("--log-port", type=int, default=10250, help=argparse.SUPPRESS)
+    add_kubelet_port(a)
+
+
+def add_kubelet_port(parser: argparse.ArgumentParser) -> None:
+    """`--kubelet-port` (both `agent` and `server`; `--log-port` is its old, hidden name)."""
+    parser.add_argument(
+        PORT_FLAG,
+        type=_port,
+        default=DEFAULT_KUBELET_PORT,
+        metavar="PORT",
+        help="port of the node agent's HTTPS log endpoint, on the node's address (default "
+        f"{DEFAULT_KUBELET_PORT}; 0 = any free port; the Node advertises the port bound)",
+    )
+    parser.add_argument(
+        "--log-port",
+        dest="kubelet_port",
+        type=_port,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return port
 
 
 def server_urls(args: argparse.Namespace) -> list[str]:
@@ -324,17 +462,19 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     from . import servingcert
     from .apiservers import ServerLearner
     from .logs import EndpointTLS, LogEndpoint
+    from .node import default_ip
     from .servingcert import ensure_serving_cert, node_addresses
 
     name = args.node_name or default_node_name()
+    node_ip = args.node_ip or default_ip()  # reported as InternalIP and listened on
     labels = dict(args.labels)
     _kind, runtime = await choose_runtime(args.runtime, args.containerd_socket, labels)
     options = AgentOptions(
         name,
         args.data_dir,
         labels=labels,
-        node_ip=args.node_ip or "",
-        kubelet_port=args.log_port,
+        node_ip=node_ip,
+        kubelet_port=0,  # until the log endpoint listens
         renew_interval=args.lease_renew_interval,
     )
     notifier = Notifier.from_env()
@@ -353,24 +493,22 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(watchdog_task, notifier)
                     await nursery.start(ServerLearner(rest, endpoints, args.data_dir).run)
-                    addresses = node_addresses(name, args.node_ip or "")
+                    addresses = node_addresses(name, node_ip)
                     served = await ensure_serving_cert(cfg, args.data_dir, addresses)
                     if served is not None and cfg.ca_pem is not None:
                         endpoint = LogEndpoint(
                             args.data_dir,
                             agent.resolve_pod,
                             tls=EndpointTLS(served[0], served[1], cfg.ca_pem),
-                            port=args.log_port,
+                            host=node_ip,
+                            port=args.kubelet_port,
                         )
-                        try:
-                            options.kubelet_port = await nursery.start(endpoint.run)
-                        except* OSError as group:  # the port is taken
-                            log.warning("log endpoint not served: %s", group.exceptions[0])
-                        else:  # renewed while running, through the server as at start
-                            certs = CertRenewer()
-                            certs.add(servingcert.leaf(cfg, args.data_dir, addresses))
-                            certs.on_reload(servingcert.LEAF, endpoint.reload_tls)
-                            await nursery.start(certs.run)
+                        options.kubelet_port = await start_endpoint(nursery, endpoint, "agent")
+                        # renewed while running, through the server as at start
+                        certs = CertRenewer()
+                        certs.add(servingcert.leaf(cfg, args.data_dir, addresses))
+                        certs.on_reload(servingcert.LEAF, endpoint.reload_tls)
+                        await nursery.start(certs.run)
                     agent.reporter.opts.kubelet_port = options.kubelet_port
                     notifier.status("starting: restoring local pods")
                     await nursery.start(agent.run)
@@ -452,8 +590,23 @@ def main(args: argparse.Namespace) -> int:
     else:
         cfg = client_config(args)
     try:
-        trio.run(_serve, args, cfg)
+        failure = run_agent(args, cfg)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if failure is not None:
+        print(failure, file=sys.stderr)
+        return 1
     return 0
+
+
+def run_agent(args: argparse.Namespace, cfg: ClientConfig) -> ListenError | None:
+    """Run the agent until it is stopped; the ListenError that stopped its start, if one did."""
+    failure: BaseException | None = None
+    try:
+        trio.run(_serve, args, cfg)
+    except* ListenError as group:  # nurseries nest groups: keep the one line
+        failure = group.exceptions[0]
+        while isinstance(failure, BaseExceptionGroup):
+            failure = failure.exceptions[0]
+    return failure if isinstance(failure, ListenError) else None

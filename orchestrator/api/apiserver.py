@@ -73,7 +73,7 @@ class ApiOptions:
     tls: bool = True
     extra_sans: list[str] = field(default_factory=list)
     cluster_token: str = ""  # encrypts the credentials the servers share through the store
-    node_name: str = ""  # this server's embedded agent's Node (its logs are read on 127.0.0.1)
+    node_name: str = ""  # this server's embedded agent's Node (read like any other node's)
     cert_renewal: RenewalConfig = field(default_factory=RenewalConfig)  # intervals, clock
 
 
@@ -182,7 +182,7 @@ class ApiServer:
             cluster_token=self.opts.cluster_token,
             members=self.members,
         )
-        logs = await AgentLogProxy.for_pki(pki, self._get_node, local_node=self.opts.node_name)
+        logs = await AgentLogProxy.for_pki(pki, self._get_node)
         app = ApiApp(
             self.api,
             authenticator,

@@ -9,18 +9,25 @@ Theory of operation
    `container "c" in pod "p" is waiting to start: <reason>`) or has no previous instance for
    `previous=true` (400 `previous terminated container "c" in pod "p" not found`), as the
    kubelet would;
-2. reads the pod's Node (`spec.nodeName`) for the agent's address — `127.0.0.1` when the node is
-   this server's embedded agent (`local_node`), else its `InternalIP` (then `ExternalIP`,
-   `Hostname`) — and port, `status.daemonEndpoints.kubeletEndpoint.Port` (10250 if unset);
+2. reads the pod's Node (`spec.nodeName`) for the agent's address — its `InternalIP` (then
+   `ExternalIP`, `Hostname`), where every agent listens, this server's embedded one included —
+   and port, `status.daemonEndpoints.kubeletEndpoint.Port` (10250 if unset; 0: the agent serves
+   no log endpoint, a 503 that says so);
 3. sends `GET https://<addr>:<port>/containerLogs/<ns>/<pod>/<container>?<log params>` with
    httpx, presenting the API server's kubelet-client certificate (`kubelet_client_cert`, CN
-   `kube-apiserver-kubelet-client`, no groups: it grants nothing on the API itself) and trusting
-   only the cluster CA for the agent's certificate;
+   `kube-apiserver-kubelet-client`, no groups: it grants nothing on the API itself), trusting
+   only the cluster CA for the agent's certificate, which must name the address dialled, and
+   then checking that it is *this node's* (`system:node:<nodeName>`) before reading anything:
+   another process on that port (another agent, another cluster's) gets no say;
 4. relays the agent's answer: a non-200 Status becomes the same `ApiError` (code, reason,
    message); 200 becomes the response stream, passed through chunk by chunk (so `follow` is
-   flushed per line as the agent sends it). An unreachable agent is a 503 whose message reads
-   like Go's: `Get "https://10.0.0.5:10250/containerLogs/...": dial tcp 10.0.0.5:10250: connect:
-   connection refused`.
+   flushed per line as the agent sends it). A failure is a 503 that names its real cause, in
+   Go's words where Go has them: `Get "https://10.0.0.5:10250/containerLogs/...": dial tcp
+   10.0.0.5:10250: connect: connection refused`; a certificate that does not verify (tested
+   before any other OSError: `ssl.SSLCertVerificationError` is one) says so — `the process on
+   10.0.0.5:10250 is not the agent of node "n1": its certificate is signed by an unknown
+   authority (x509: certificate signed by unknown authority)` —, and so does an agent that
+   refuses the API server's certificate.
 
 The stream object closes the HTTP response and client when the app closes it (`aclose`), also
 when it was never iterated, so a client that disconnects never leaks a connection to the agent.
@@ -160,30 +167,75 @@ def node_address(node: Obj) -> str | None:
     return None
 
 
-def node_port(node: Obj) -> int:
+def node_port(node: Obj) -> int | None:
+    """The agent's log port as its Node advertises it; None when it serves none (Port 0)."""
     endpoint = ((node.get("status") or {}).get("daemonEndpoints") or {}).get("kubeletEndpoint")
     port = (endpoint or {}).get("Port")
+    if port == 0 and not isinstance(port, bool):
+        return None
     return port if isinstance(port, int) and 0 < port < 65536 else DEFAULT_AGENT_PORT
+
+
+NODE_PREFIX = "system:node:"
+
+# OpenSSL's verify codes -> what is wrong with the certificate, and Go's x509 words for it.
+_VERIFY_TEXT = {
+    9: ("is not valid yet", "x509: certificate has expired or is not yet valid"),
+    10: ("has expired", "x509: certificate has expired or is not yet valid"),
+    18: ("is self-signed", "x509: certificate signed by unknown authority"),
+    19: ("is signed by an unknown authority", "x509: certificate signed by unknown authority"),
+    20: ("is signed by an unknown authority", "x509: certificate signed by unknown authority"),
+    21: ("is signed by an unknown authority", "x509: certificate signed by unknown authority"),
+}
+_HOSTNAME_MISMATCH = 62
+
+
+def _verify_text(node: str, host: str, port: int, exc: ssl.SSLCertVerificationError) -> str:
+    code = exc.verify_code
+    if code == _HOSTNAME_MISMATCH:
+        what, go = f"is not valid for {host}", f"x509: certificate is not valid for {host}"
+    elif code in _VERIFY_TEXT:
+        what, go = _VERIFY_TEXT[code]
+    else:
+        what = "does not verify"
+        go = f"x509: {exc.verify_message or exc.reason or exc}"
+    return (
+        f'the process on {_host(host)}:{port} is not the agent of node "{node}": '
+        f"its certificate {what} ({go})"
+    )
 
 
 def _host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
-def _dial_text(host: str, port: int, exc: BaseException) -> str:
+def _dial_text(node: str, host: str, port: int, exc: BaseException) -> str:
+    """What went wrong reaching the agent, for people. Certificate errors first: they are
+    OSErrors too (errno unset), and the dial text would hide the real cause."""
     inner: BaseException | None = exc
     while inner is not None:
+        if isinstance(inner, ssl.SSLCertVerificationError):
+            return _verify_text(node, host, port, inner)
+        if isinstance(inner, ssl.SSLError):
+            reason = str(inner.reason or inner).lower()
+            if "alert" in reason or "certificate" in reason:
+                return (
+                    f'the agent of node "{node}" on {_host(host)}:{port} refused the API '
+                    f"server's client certificate (remote error: tls: {reason.replace('_', ' ')})"
+                )
+            return f"tls: {inner.reason or inner}"
         if isinstance(inner, OSError) and inner.errno:
             return f"dial tcp {_host(host)}:{port}: connect: {os.strerror(inner.errno).lower()}"
-        if isinstance(inner, ssl.SSLError):
-            return f"tls: {inner.reason or inner}"
         if isinstance(inner, BaseExceptionGroup) and inner.exceptions:
             inner = inner.exceptions[0]  # trio: one error per address tried
             continue
         inner = inner.__cause__ or inner.__context__
     text = str(exc) or type(exc).__name__
     if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
-        return f"tls: failed to verify the agent's certificate: {text}"
+        return (
+            f'the process on {_host(host)}:{port} is not the agent of node "{node}": '
+            f"its certificate does not verify ({text})"
+        )
     return f"dial tcp {_host(host)}:{port}: connect: {text.lower()}"
 
 
@@ -224,24 +276,22 @@ class AgentLogProxy:
         get_node: GetNode,
         ssl_context: ssl.SSLContext,
         *,
-        local_node: str = "",
         connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         self.get_node = get_node
         self.ssl_context = ssl_context
-        self.local_node = local_node
         self.connect_timeout = connect_timeout
         self.pki: Pki | None = None  # set by `for_pki`: where `reload_client_cert` reads
 
     @classmethod
-    async def for_pki(cls, pki: Pki, get_node: GetNode, *, local_node: str = "") -> AgentLogProxy:
+    async def for_pki(cls, pki: Pki, get_node: GetNode) -> AgentLogProxy:
         """Issue (or reuse) the kubelet-client certificate under `pki` and build the proxy."""
 
         def build() -> ssl.SSLContext:
             cert, key = kubelet_client_cert(pki)
             return client_ssl_context(pki.ca_pem, cert, key)
 
-        proxy = cls(get_node, await trio.to_thread.run_sync(build), local_node=local_node)
+        proxy = cls(get_node, await trio.to_thread.run_sync(build))
         proxy.pki = pki
         return proxy
 
@@ -263,15 +313,17 @@ class AgentLogProxy:
         node = await self.get_node(node_name)
         if node is None:
             raise errors.not_found("nodes", "", node_name)
-        if node_name == self.local_node and self.local_node:
-            address: str | None = "127.0.0.1"
-        else:
-            address = node_address(node)
+        address = node_address(node)
         if address is None:
             raise errors.service_unavailable(
                 f'no preferred addresses found for node "{node_name}"; known addresses: []'
             )
         port = node_port(node)
+        if port is None:
+            raise errors.service_unavailable(
+                f'the agent of node "{node_name}" serves no log endpoint (its Node advertises '
+                "kubelet port 0: see the agent's log)"
+            )
         params = {k: query.get(k) for k in LOG_PARAMS if query.get(k)}
         path = "/".join(quote(p, safe="") for p in ("containerLogs", namespace, name, container))
         url = f"https://{_host(address)}:{port}/{path}"
@@ -290,8 +342,15 @@ class AgentLogProxy:
             if isinstance(exc, trio.TooSlowError | httpx.TimeoutException):
                 text = f"dial tcp {_host(address)}:{port}: i/o timeout"
             else:
-                text = _dial_text(address, port, exc)
+                text = _dial_text(node_name, address, port, exc)
             raise errors.service_unavailable(f'Get "{url}": {text}') from None
+        wrong = _not_the_node(response, node_name)
+        if wrong:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+                await client.aclose()
+            text = f'the process on {_host(address)}:{port} is not the agent of node "{node_name}"'
+            raise errors.service_unavailable(f'Get "{url}": {text}: {wrong}')
         if response.status_code == 200:
             return _Stream(client, response)
         try:
@@ -302,6 +361,22 @@ class AgentLogProxy:
                 await response.aclose()
                 await client.aclose()
         raise _agent_error(node_name, response.status_code, body)
+
+
+def _not_the_node(response: httpx.Response, node: str) -> str:
+    """Why the agent's certificate (already verified against the cluster CA) is not node
+    `node`'s, or "" when it is."""
+    stream = response.extensions.get("network_stream")
+    ssl_object = stream.get_extra_info("ssl_object") if stream is not None else None
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    if der is None:
+        return "it presented no certificate"
+    cert = x509.load_der_x509_certificate(der)
+    names = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    subject = str(names[0].value) if names else ""
+    if subject == NODE_PREFIX + node:
+        return ""
+    return f'its certificate is for "{subject}", not "{NODE_PREFIX}{node}"'
 
 
 def _agent_error(node: str, code: int, body: bytes) -> ApiError:

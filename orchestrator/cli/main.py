@@ -152,6 +152,9 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--node-name", help="name of this server's Node (default: the hostname)")
     s.add_argument("--no-agent", action="store_true", help="run no node agent on this server")
     s.add_argument("--containerd-socket", help="containerd's socket for this server's agent")
+    from ..agent.service import add_kubelet_port
+
+    add_kubelet_port(s)  # --kubelet-port: the embedded agent's log endpoint
     s.add_argument(
         "--no-controllers",
         action="store_true",
@@ -339,6 +342,7 @@ def _server(args: argparse.Namespace) -> int:
             runtime=args.runtime,
             containerd_socket=args.containerd_socket,
             node_name=args.node_name or "",
+            kubelet_port=args.kubelet_port,
         ),
         controller_options=ControllerOptions(
             node_monitor_grace_period=args.node_monitor_grace_period
@@ -352,7 +356,7 @@ def _server(args: argparse.Namespace) -> int:
             tls=not args.plain_http,
             extra_sans=args.tls_san,
             cluster_token=token,
-            # The embedded agent's logs are read on 127.0.0.1, whatever address its Node shows.
+            # The embedded agent's Node (the log proxy reads it like any other node's).
             node_name="" if args.no_agent else (args.node_name or default_node_name()),
         ),
     )
@@ -365,15 +369,24 @@ def _server(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    from ..agent.service import ListenError
     from ..serverjoin import JoinFailed
 
     failure: BaseException | None = None
+    listen: BaseException | None = None
     try:
         trio.run(serve_until_signalled, opts)
+    except* ListenError as eg:  # one line that names the flag and the port
+        listen = eg.exceptions[0]
     except* (PermissionError, JoinFailed, trio.TooSlowError) as eg:
         failure = eg.exceptions[0]
         while isinstance(failure, BaseExceptionGroup):  # nurseries nest groups
             failure = failure.exceptions[0]
+    while isinstance(listen, BaseExceptionGroup):
+        listen = listen.exceptions[0]
+    if listen is not None:
+        print(listen, file=sys.stderr)
+        return 1
     if failure is not None:
         timed_out = isinstance(failure, trio.TooSlowError)
         print(f"error: {'could not join in time' if timed_out else failure}", file=sys.stderr)

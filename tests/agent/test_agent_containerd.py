@@ -80,7 +80,7 @@ def agent_config(containerd: str, node: str) -> AgentConfig:
         runtime="containerd",
         containerd_socket=containerd,
         node_name=node,
-        log_port=0,
+        kubelet_port=0,
         worker=WORKER,
     )
 

@@ -34,7 +34,7 @@ async def test_embedded_agent_runs_pods() -> None:
             token="t",
             api=ApiOptions(root, "127.0.0.1:0", cluster_token="t"),
             controllers=False,
-            agent=AgentConfig(runtime="simulated", node_name="edge-1", log_port=0),
+            agent=AgentConfig(runtime="simulated", node_name="edge-1", kubelet_port=0),
         )
         server = Server(opts)
         with trio.fail_after(60):

@@ -78,7 +78,7 @@ async def test_agent_survives_containerd_restart(
         runtime="containerd",
         containerd_socket=str(own_containerd.socket),
         node_name=NODE,
-        log_port=0,
+        kubelet_port=0,
         worker=WORKER,
     )
     spec = {

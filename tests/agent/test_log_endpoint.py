@@ -338,7 +338,7 @@ async def test_api_server_wiring(tmp_path: Path) -> None:
             endpoint = LogEndpoint(
                 tmp_path / "agent",
                 lambda ns, name: pods.get(name),
-                tls=EndpointTLS.from_pki(pki),
+                tls=EndpointTLS.issue(pki, "n1", ["127.0.0.1"], tmp_path / "agent-pki"),
                 host="127.0.0.1",
                 port=0,
             )

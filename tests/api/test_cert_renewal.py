@@ -296,7 +296,7 @@ def metric(name: str, cert: str) -> float | None:
 async def test_server_renews_its_certificates_while_running(tmp_path: Path) -> None:
     wall = ShiftedWall()
     renewal = RenewalConfig(now=wall, **FAST)
-    agent = AgentConfig(runtime="simulated", node_name="edge-1", log_port=0)
+    agent = AgentConfig(runtime="simulated", node_name="edge-1", kubelet_port=0)
     with trio.fail_after(90):
         async with api_server(tmp_path / "d", agent=agent, cert_renewal=renewal) as h:
             assert h.server.api is not None
@@ -317,7 +317,12 @@ async def test_server_renews_its_certificates_while_running(tmp_path: Path) -> N
 
             log_port = await poll(agent_port, "the embedded agent's log port")
             endpoint_old = await peer_certificate(log_port, h.ca_pem, client_pair)
-            assert endpoint_old.serial_number == old.serial_number  # the API server's own
+            # The embedded agent's own certificate (the node's identity), not the API server's.
+            agent_cert = h.data_dir / "agent" / "kubelet.crt"
+            assert endpoint_old.serial_number == file_serial(agent_cert)
+            assert endpoint_old.serial_number != old.serial_number
+            cn = endpoint_old.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+            assert cn[0].value == "system:node:edge-1"
 
             ctx = ssl.create_default_context(cadata=h.ca_pem.decode())
             before = await trio.open_ssl_over_tcp_stream("127.0.0.1", api.port, ssl_context=ctx)
@@ -357,10 +362,11 @@ async def test_server_renews_its_certificates_while_running(tmp_path: Path) -> N
             assert new.not_valid_after_utc >= old.not_valid_after_utc
             assert await kubeconfig_works(h.kubeconfig)
 
-            # The embedded agent's log endpoint serves the renewed certificate too.
+            # The embedded agent's certificate is renewed too, and its log endpoint serves it.
             async def endpoint_renewed() -> bool:
                 cert = await peer_certificate(log_port, h.ca_pem, client_pair)
-                return cert.serial_number == file_serial(pki_dir / "apiserver.crt")
+                on_disk = file_serial(agent_cert)
+                return cert.serial_number == on_disk != endpoint_old.serial_number
 
             await poll(endpoint_renewed, "the log endpoint to serve the renewed certificate")
             # The log proxy's client certificate was renewed and reloaded.
