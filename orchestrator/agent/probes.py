@@ -22,6 +22,10 @@ Three layers, from pure to I/O:
    2xx/3xx is success, redirects are not followed, HTTPS is not verified — as the kubelet),
    `tcpSocket` (a TCP connect), `exec` (`runtime.exec_sync`, exit 0 is success, a timeout is a
    failure) and `grpc` (not supported: `UNKNOWN`, so it never restarts a container).
+   When the runtime simulates its pods' network (`cri.runtime.simulated_network`: the simulated
+   runtime, whose pod IPs are made up and may be real hosts on the user's LAN), `httpGet` and
+   `tcpSocket` are asked of the runtime (`probe_network`) and *never dialled*: a simulated pod
+   causes no packet. The outcomes and messages are the same as over a real network.
    `ContainerProbes` runs one trio task per configured probe of one container *instance*: the
    first probe `initialDelaySeconds` after the container started, then every `periodSeconds`.
    Liveness and readiness wait until the startup probe (if any) has succeeded; the startup task
@@ -44,7 +48,8 @@ readiness probe is ready once running; without a startup probe it is started at 
 restarted container gets a new `ContainerProbes` (new id, fresh counters).
 
 Invariants: nothing here touches the API server or changes containers; the callback is the only
-output. All waiting uses trio's clock, so tests run on `MockClock(autojump_threshold=0)`.
+output; no socket is opened for a pod of a runtime that simulates its network. All waiting uses
+trio's clock, so tests run on `MockClock(autojump_threshold=0)`.
 """
 
 from __future__ import annotations
@@ -60,7 +65,14 @@ from typing import Any, Protocol
 
 import trio
 
-from ..cri.runtime import CriError, DeadlineExceeded, ExecResult
+from ..cri.runtime import (
+    CriError,
+    DeadlineExceeded,
+    ExecResult,
+    NetworkProbe,
+    SimulatedNetwork,
+    simulated_network,
+)
 
 __all__ = [
     "ContainerProbes",
@@ -345,6 +357,9 @@ class Prober:
         """
         h = spec.handler
         target = pod_ip or host_ip
+        network = simulated_network(runtime) if runtime is not None else None
+        if isinstance(h, HttpGet | TcpSocket) and network is not None:
+            return await _simulated(network, h, h.host or target, container_id, target)
         if isinstance(h, HttpGet):
             return await self._http(h, h.host or target, spec.timeout)
         if isinstance(h, TcpSocket):
@@ -361,7 +376,7 @@ class Prober:
         import httpx  # here, not at the top: an agent whose pods have no HTTP probes never needs it
 
         scheme = "https" if h.scheme == "HTTPS" else "http"
-        url = f"{scheme}://{_host_literal(host)}:{h.port}{h.path}"
+        url = _http_url(h, host)
         headers = {"User-Agent": USER_AGENT, "Accept": "*/*", "Connection": "close"}
         for name, value in h.headers:  # probe headers replace the defaults (Host included)
             headers = {k: v for k, v in headers.items() if k.lower() != name.lower()}
@@ -427,6 +442,41 @@ class Prober:
         output = (res.stdout + res.stderr).decode("utf-8", "replace").strip()
         message = f"command {shown!r} exited with {res.exit_code}"
         return Result.FAILURE, f"{message}: {output}" if output else message
+
+
+def _http_url(h: HttpGet, host: str) -> str:
+    scheme = "https" if h.scheme == "HTTPS" else "http"
+    return f"{scheme}://{_host_literal(host)}:{h.port}{h.path}"
+
+
+async def _simulated(
+    network: SimulatedNetwork, h: HttpGet | TcpSocket, host: str, container_id: str, own: str
+) -> tuple[Result, str]:
+    """An httpGet or tcpSocket probe answered by the runtime's simulated network (no socket)."""
+    http = isinstance(h, HttpGet)
+    probe = NetworkProbe(
+        container_id,
+        "http" if http else "tcp",
+        host,
+        h.port,
+        own_address=host == own,
+        path=h.path if isinstance(h, HttpGet) else "/",
+    )
+    try:
+        answer = await network.probe_network(probe)
+    except CriError as exc:  # e.g. the container is gone: not the container's fault
+        return Result.UNKNOWN, f"probe of {host}:{h.port} not answered: {exc.message}"
+    refused = f"dial tcp {_host_literal(host)}:{h.port}: connect: connection refused"
+    if not isinstance(h, HttpGet):
+        return (Result.SUCCESS, "") if answer.connected else (Result.FAILURE, refused)
+    url = _http_url(h, host)
+    if not answer.connected:
+        return Result.FAILURE, f'Get "{url}": {refused}'
+    if 200 <= answer.status < 400:
+        return Result.SUCCESS, ""
+    text = answer.body[:MAX_BODY].decode("utf-8", "replace")
+    message = f"HTTP probe failed with statuscode: {answer.status}"
+    return Result.FAILURE, f"{message}: {text}" if text else message
 
 
 def _dial_error(host: str, port: int, exc: BaseException) -> str:

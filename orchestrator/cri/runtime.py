@@ -40,6 +40,14 @@ Semantics every implementation keeps
 - Container log files use the CRI format, one record per line:
   `<RFC3339Nano timestamp> <stdout|stderr> <F|P> <text>` at
   `sandbox.log_directory / container.log_path`.
+
+Simulated networks
+------------------
+A runtime whose pods live in no real network (the simulated one: its pod IPs are made up and may
+be real hosts on the user's LAN) also implements `SimulatedNetwork.probe_network`: the agent's
+prober asks it instead of dialling, so a simulated pod never causes a packet. The prober finds the
+capability with `simulated_network(runtime)`; containerd's runtime does not have it (its pods'
+probes go over the real network, as the kubelet's do).
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 __all__ = [
     "NETWORK_READY",
@@ -62,6 +70,8 @@ __all__ = [
     "ExecResult",
     "ImageInfo",
     "Mount",
+    "NetworkAnswer",
+    "NetworkProbe",
     "NotFound",
     "PodSandbox",
     "PodSandboxConfig",
@@ -74,7 +84,9 @@ __all__ = [
     "RuntimeVersion",
     "SandboxState",
     "SandboxStatus",
+    "SimulatedNetwork",
     "Unavailable",
+    "simulated_network",
 ]
 
 
@@ -457,3 +469,43 @@ class RuntimeService(Protocol):
     async def aclose(self) -> None:
         """Release connections. Idempotent; the runtime's containers keep running."""
         ...
+
+
+# ---------------------------------------------------------------------- simulated networks
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkProbe:
+    """One connection a probe of container `container_id` would open: `protocol` "http" (a GET
+    of `path`) or "tcp" (a connect) to `host:port`. `own_address`: `host` is the pod's own
+    address (the probe names no other host)."""
+
+    container_id: str
+    protocol: str
+    host: str
+    port: int
+    own_address: bool = True
+    path: str = "/"
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkAnswer:
+    """What the simulated network answers: `connected` False is a refused connection;
+    `status`/`body` are the HTTP response of an "http" probe that connected."""
+
+    connected: bool
+    status: int = 0
+    body: bytes = b""
+
+
+class SimulatedNetwork(Protocol):
+    """The capability of a runtime whose pods live in no real network (module doc)."""
+
+    async def probe_network(self, probe: NetworkProbe) -> NetworkAnswer: ...
+
+
+def simulated_network(runtime: object) -> SimulatedNetwork | None:
+    """`runtime` when it answers probes itself (it has `probe_network`), else None. Works through
+    wrappers that forward attributes (`observability.TimedRuntime`)."""
+    hook = getattr(runtime, "probe_network", None)
+    return cast(SimulatedNetwork, runtime) if callable(hook) else None

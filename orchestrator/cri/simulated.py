@@ -35,9 +35,14 @@ with runc).
 
 Sandboxes: pod-network sandboxes get an IP from `pod_cidr` (10.88.0.0/16 by default), released
 on removal; host-network ones get none. Pod-network sandboxes fail while `network_ready` is off.
-Sim-only helpers for probes: `http_get(ip, port, path)` and `tcp_connect(ip, port)` answer for the
-containers running in the sandbox that owns the IP. `set_available(False)` makes every call raise
-`Unavailable`, as a stopped runtime does.
+
+The network is simulated too, and nothing here ever opens a socket: the pod IPs are made up and
+may well be real hosts on the user's network. `probe_network` (the `SimulatedNetwork` capability
+the agent's prober uses instead of dialling) answers an httpGet or tcpSocket probe from the
+containers running in the probed container's own sandbox (or, for a probe that names another
+host, in the sandbox that owns that IP; any other host refuses). `http_get(ip, port, path)` and
+`tcp_connect(ip, port)` answer the same way by IP (`wget` in `exec_sync` uses the former).
+`set_available(False)` makes every call raise `Unavailable`, as a stopped runtime does.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ from .runtime import (
     DeadlineExceeded,
     ExecResult,
     ImageInfo,
+    NetworkAnswer,
+    NetworkProbe,
     NotFound,
     PodSandbox,
     PodSandboxConfig,
@@ -324,24 +331,30 @@ class SimulatedRuntime:
 
     def http_get(self, ip: str, port: int, path: str = "/") -> int | None:
         """Status code a GET to a running container at (ip, port) gets; None: refused."""
-        for c in self._running_at(ip):
-            b = c.behaviour
-            if b is not None and b.http_status is not None and (not b.ports or port in b.ports):
-                return b.http_status
-            if port in c.timeline.http_ports:
-                return 200
-        return None
+        return _http_status(self._running_at(ip), port)
 
     def tcp_connect(self, ip: str, port: int) -> bool:
-        for c in self._running_at(ip):
-            b = c.behaviour
-            ports = set(c.timeline.http_ports) | set(b.ports if b else ())
-            if port in ports or (b is not None and b.http_status is not None and not b.ports):
-                return True
-        return False
+        """Whether a running container at `ip` accepts a connection on `port`."""
+        return _accepts(self._running_at(ip), port)
+
+    async def probe_network(self, probe: NetworkProbe) -> NetworkAnswer:
+        """Answer a probe of container `probe.container_id` from the simulation (module doc);
+        no packet is sent. NotFound for an unknown container."""
+        await self._enter()
+        c = self._container(probe.container_id)
+        if probe.own_address:
+            running = self._running_in({c.sandbox_id})
+        else:  # another host: a simulated pod's IP, or nobody
+            running = self._running_at(probe.host) if probe.host else iter(())
+        if probe.protocol == "http":
+            status = _http_status(running, probe.port)
+            return NetworkAnswer(status is not None, status or 0)
+        return NetworkAnswer(_accepts(running, probe.port))
 
     def _running_at(self, ip: str) -> Iterator[_Container]:
-        sandboxes = {s.id for s in self._sandboxes.values() if s.ip == ip}
+        return self._running_in({s.id for s in self._sandboxes.values() if s.ip and s.ip == ip})
+
+    def _running_in(self, sandboxes: set[str]) -> Iterator[_Container]:
         for c in list(self._containers.values()):
             if c.sandbox_id in sandboxes:
                 self._advance(c)
@@ -836,8 +849,8 @@ class SimulatedRuntime:
             elif name == "wget":
                 url = next((w for w in words[1:] if "://" in w), "")
                 port = _url_port(url)
-                sandbox = self._sandboxes.get(c.sandbox_id)
-                status = self.http_get(sandbox.ip if sandbox else "", port) if url else None
+                # its own pod's containers answer (localhost or the pod's IP alike)
+                status = _http_status(self._running_in({c.sandbox_id}), port) if url else None
                 code = 0 if status is not None and 200 <= status < 400 else 1
             else:
                 err.extend(f"sh: {words[0]}: not found\n".encode())
@@ -868,6 +881,27 @@ class SimulatedRuntime:
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
+
+
+def _http_status(containers: Iterator[_Container], port: int) -> int | None:
+    """What a GET to `port` of the first of `containers` serving it answers; None: refused."""
+    for c in containers:
+        b = c.behaviour
+        if b is not None and b.http_status is not None and (not b.ports or port in b.ports):
+            return b.http_status
+        if port in c.timeline.http_ports:
+            return 200
+    return None
+
+
+def _accepts(containers: Iterator[_Container], port: int) -> bool:
+    """Whether one of `containers` accepts a TCP connection on `port`."""
+    for c in containers:
+        b = c.behaviour
+        ports = set(c.timeline.http_ports) | set(b.ports if b else ())
+        if port in ports or (b is not None and b.http_status is not None and not b.ports):
+            return True
+    return False
 
 
 def _url_port(url: str) -> int:

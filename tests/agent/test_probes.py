@@ -1,9 +1,11 @@
 """Probes: spec defaults, the pure threshold state, single probes against real loopback targets
-and a fake runtime, and the per-container workers on trio's MockClock."""
+and a fake runtime, probes of simulated pods answered without any socket, and the per-container
+workers on trio's MockClock."""
 
 from __future__ import annotations
 
 import functools
+import socket
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -25,7 +27,15 @@ from orchestrator.agent.probes import (
     TcpSocket,
     Unresolvable,
 )
-from orchestrator.cri.runtime import DeadlineExceeded, ExecResult, RuntimeFailure
+from orchestrator.cri.runtime import (
+    ContainerConfig,
+    DeadlineExceeded,
+    ExecResult,
+    PodSandboxConfig,
+    RuntimeFailure,
+)
+from orchestrator.cri.simulated import Behaviour, SimulatedRuntime
+from orchestrator.observability import TimedRuntime
 
 Obj = dict[str, Any]
 
@@ -280,6 +290,87 @@ async def test_grpc_and_unresolvable_are_unknown() -> None:
         Result.UNKNOWN,
         "couldn't find port",
     )
+
+
+# --------------------------------------------------------------------------- simulated pods
+
+
+@pytest.fixture
+def no_sockets(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every way a probe could open a connection raises (and is recorded)."""
+    attempts: list[object] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        attempts.append(args[1:] if len(args) > 1 else args)
+        raise AssertionError(f"a socket connect was attempted: {args!r}")
+
+    async def refuse_async(*args: object, **kwargs: object) -> None:
+        refuse(None, *args)
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(trio, "open_tcp_stream", refuse_async)
+    monkeypatch.setattr(trio, "open_ssl_over_tcp_stream", refuse_async)
+    return attempts
+
+
+async def _simulated_pod(rt: SimulatedRuntime, name: str, *command: str) -> tuple[str, str]:
+    config = PodSandboxConfig(name=name, namespace="ns", uid=name + "-uid")
+    sandbox = await rt.run_pod_sandbox(config)
+    container = ContainerConfig(name=name, image="localhost/busybox:1", command=command)
+    cid = await rt.create_container(sandbox, container, config)
+    await rt.start_container(cid)
+    return cid, (await rt.pod_sandbox_status(sandbox)).ip
+
+
+async def test_simulated_pods_are_probed_without_a_socket(no_sockets: list[object]) -> None:
+    """httpGet and tcpSocket probes of a simulated pod are answered by the simulated runtime
+    (also through the agent's TimedRuntime wrapper): its pod IPs may be real hosts."""
+    sim = SimulatedRuntime(behaviours={"sick": Behaviour(http_status=503, ports=(8080,))})
+    rt: Any = TimedRuntime(sim)
+    web, ip = await _simulated_pod(sim, "web", "httpd", "-f", "-p", "8080")
+    assert ip.startswith("10.88.")
+
+    async def probe(handler: Any, cid: str = web, pod_ip: str = ip) -> tuple[Result, str]:
+        spec = ProbeSpec(ProbeKind.READINESS, handler, timeout=1.0)
+        with trio.fail_after(5):
+            return await Prober().probe(spec, pod_ip, "192.0.2.1", cid, rt)
+
+    assert await probe(HttpGet(8080, "/healthz")) == (Result.SUCCESS, "")
+    assert await probe(TcpSocket(8080)) == (Result.SUCCESS, "")
+    refused = f"dial tcp {ip}:9090: connect: connection refused"
+    assert await probe(HttpGet(9090, "/")) == (
+        Result.FAILURE,
+        f'Get "http://{ip}:9090/": {refused}',
+    )
+    assert await probe(TcpSocket(9090)) == (Result.FAILURE, refused)
+    # A probe naming another host: a simulated pod's IP answers, anything else refuses.
+    _, sick_ip = await _simulated_pod(sim, "sick", "sleep", "infinity")
+    assert await probe(HttpGet(8080, "/", host=sick_ip)) == (
+        Result.FAILURE,
+        "HTTP probe failed with statuscode: 503",
+    )
+    assert await probe(TcpSocket(8080, host="192.168.1.10")) == (
+        Result.FAILURE,
+        "dial tcp 192.168.1.10:8080: connect: connection refused",
+    )
+    # A host-network pod (no IP of its own) is probed on the node's address: the simulation
+    # answers for its own containers, still without a socket.
+    assert await probe(TcpSocket(8080), pod_ip="") == (Result.SUCCESS, "")
+    # A container the runtime does not know: UNKNOWN (never a restart).
+    assert (await probe(TcpSocket(8080), cid="gone"))[0] is Result.UNKNOWN
+    await sim.stop_container(web, 0)
+    assert (await probe(TcpSocket(8080)))[0] is Result.FAILURE
+    assert no_sockets == []
+
+
+async def test_the_guard_catches_a_real_probe(no_sockets: list[object]) -> None:
+    """The `no_sockets` guard does see a dial: a probe without a simulated runtime trips it."""
+    with pytest.raises(AssertionError, match="socket connect was attempted"):
+        await Prober().probe(
+            ProbeSpec(ProbeKind.READINESS, TcpSocket(80)), "10.88.0.2", "", "cid", None
+        )
+    assert no_sockets
 
 
 # --------------------------------------------------------------------------- workers
