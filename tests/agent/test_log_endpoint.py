@@ -16,12 +16,12 @@ import httpx
 import pytest
 import trio
 
-from orchestrator.agent.logs import EndpointTLS, LogEndpoint, log_dir
+from orchestrator.agent.logs import AUTHORIZED_USER, EndpointTLS, LogEndpoint, log_dir
 from orchestrator.api.app import ApiApp
 from orchestrator.api.auth.pki import Pki, ensure_pki, issue_client_cert
 from orchestrator.api.auth.tls import serve
 from orchestrator.api.errors import ApiError, not_found
-from orchestrator.api.logproxy import AgentLogProxy, kubelet_client_cert
+from orchestrator.api.logproxy import KUBELET_CLIENT_USER, AgentLogProxy, kubelet_client_cert
 from orchestrator.api.schema.builtin import builtin_registry
 from orchestrator.api.schema.kind import Kind
 
@@ -300,25 +300,95 @@ def _client_ctx(env: Env, cert: tuple[bytes, bytes] | None, tmp: Path) -> ssl.SS
 
 
 async def test_only_the_api_server_may_read(env: Env, tmp_path: Path) -> None:
+    """The agent listener's matrix: only the API server's kubelet-client certificate is served;
+    no certificate, another CA's, the agent's own node certificates, another node's and an
+    admin's (system:masters) are refused — at the handshake or with 403, /healthz included."""
     url = f"https://127.0.0.1:{env.agent_port}/containerLogs/default/p/app"
+    health = f"https://127.0.0.1:{env.agent_port}/healthz"
     env.append(1, line(1, "secret"))
 
-    async def fetch(ctx: ssl.SSLContext) -> httpx.Response:
+    async def fetch(ctx: ssl.SSLContext, target: str = url) -> httpx.Response:
         with trio.fail_after(10):
             async with httpx.AsyncClient(verify=ctx) as client:
-                return await client.get(url)
+                return await client.get(target)
 
     # No client certificate: the TLS handshake itself is refused.
     with pytest.raises(httpx.HTTPError):
         await fetch(_client_ctx(env, None, tmp_path))
-    # A valid cluster user that is not the API server.
-    r = await fetch(_client_ctx(env, issue_client_cert(env.pki, "alice", ["dev"]), tmp_path))
-    assert r.status_code == 403
-    assert r.json()["reason"] == "Forbidden"
+    # Another CA's certificate, even with the API server's name: refused at the handshake.
+    other = ensure_pki(tmp_path / "other-cluster", [])
+    with pytest.raises(httpx.HTTPError):
+        await fetch(_client_ctx(env, issue_client_cert(other, KUBELET_CLIENT_USER), tmp_path))
+    # The agent's own certificates: its serving certificate (server auth only) is no client
+    # certificate at all; its node client identity, another node's and an admin's are 403.
+    serving = (env.endpoint.tls.cert_path.read_bytes(), env.endpoint.tls.key_path.read_bytes())
+    with pytest.raises(httpx.HTTPError):
+        await fetch(_client_ctx(env, serving, tmp_path))
+    for user, groups in (
+        ("system:node:n1", ["system:nodes"]),
+        ("system:node:n2", ["system:nodes"]),
+        ("admin", ["system:masters"]),
+        ("system:apiserver", ["system:masters"]),
+        ("alice", ["dev"]),
+    ):
+        ctx = _client_ctx(env, issue_client_cert(env.pki, user, groups), tmp_path)
+        for target in (url, health):
+            r = await fetch(ctx, target)
+            assert r.status_code == 403, (user, target, r.text)
+            assert r.json()["reason"] == "Forbidden"
     # The API server's own identity.
     cert, key = kubelet_client_cert(env.pki)
-    r = await fetch(_client_ctx(env, (cert.read_bytes(), key.read_bytes()), tmp_path))
+    ctx = _client_ctx(env, (cert.read_bytes(), key.read_bytes()), tmp_path)
+    r = await fetch(ctx)
     assert (r.status_code, r.text) == (200, "secret\n")
+    assert (await fetch(ctx, health)).text == "ok"
+
+
+async def _impostor(env: Env, nursery: trio.Nursery, tls: EndpointTLS) -> None:
+    """Another process on the node's advertised port: an endpoint with `tls`."""
+    endpoint = LogEndpoint(
+        env.data_dir, lambda ns, name: env.agent_pods.get(name), tls=tls, host="127.0.0.1", port=0
+    )
+    port = await nursery.start(endpoint.run)
+    env.nodes["n1"]["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = port
+
+
+async def test_the_proxy_names_an_impostor(env: Env, tmp_path: Path) -> None:
+    """Whatever holds the node's port must prove it is that node's agent; the 503 says why
+    not — a certificate verification failure is not reported as a dial error."""
+    env.append(1, line(1, "secret"))
+    async with trio.open_nursery() as nursery:
+        # Another cluster's agent (or any TLS server): its CA is unknown here.
+        other = ensure_pki(tmp_path / "other-cluster", [])
+        await _impostor(env, nursery, EndpointTLS.issue(other, "n1", ["127.0.0.1"], tmp_path / "o"))
+        port = env.nodes["n1"]["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        r = await get(env, f"{LOG}?container=app")
+        assert r.status_code == 503
+        assert r.json()["message"] == (
+            f'Get "https://127.0.0.1:{port}/containerLogs/default/p/app": the process on '
+            f'127.0.0.1:{port} is not the agent of node "n1": its certificate is signed by an '
+            "unknown authority (x509: certificate signed by unknown authority)"
+        )
+        # Another node's agent of this cluster (same CA, its SANs cover 127.0.0.1 too).
+        await _impostor(env, nursery, EndpointTLS.issue(env.pki, "n2", [], tmp_path / "n2"))
+        port = env.nodes["n1"]["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+        r = await get(env, f"{LOG}?container=app")
+        assert r.status_code == 503
+        assert r.json()["message"] == (
+            f'Get "https://127.0.0.1:{port}/containerLogs/default/p/app": the process on '
+            f'127.0.0.1:{port} is not the agent of node "n1": its certificate is for '
+            '"system:node:n2", not "system:node:n1"'
+        )
+        nursery.cancel_scope.cancel()
+    # A Node whose agent serves no log endpoint advertises port 0: said plainly.
+    env.nodes["n1"]["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = 0
+    r = await get(env, f"{LOG}?container=app")
+    assert r.status_code == 503
+    assert "serves no log endpoint" in r.json()["message"]
+
+
+def test_the_endpoint_admits_the_identity_the_proxy_presents() -> None:
+    assert AUTHORIZED_USER == KUBELET_CLIENT_USER
 
 
 def test_api_error_shape() -> None:
