@@ -4,10 +4,11 @@ replaced on disk picked up, and both hot-swapped into the live listeners and cli
 Theory of operation
 -------------------
 A `Leaf` is one certificate/key pair this process serves or dials with, and how to issue a new
-one: the API server's serving certificate (`apiserver`, re-issued from the local CA; also what
-the embedded agent's log endpoint serves with), the API server's client certificate for node
-agents (`apiserver-kubelet-client`), a joined agent's log endpoint certificate (`kubelet`,
-requested from the API server with the node's credentials, the path it takes at start).
+one: the API server's serving certificate (`apiserver`, re-issued from the local CA), the API
+server's client certificate for node agents (`apiserver-kubelet-client`), the embedded agent's
+log endpoint certificate (`kubelet` in the server's renewer, issued from the local CA), a joined
+agent's (`kubelet`, requested from the API server with the node's credentials, the path it
+takes at start).
 Consumers register a `reload` coroutine per leaf (`on_reload`) that rebuilds their SSL context
 from the files (`tls.ReloadableContext.reload` for a listener: new connections get the new
 certificate, open ones keep theirs).
