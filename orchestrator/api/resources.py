@@ -427,7 +427,19 @@ class Api:
                 out = apply_strategic_merge_patch(live, patch, kind.schema)
             if not isinstance(out, dict):
                 raise errors.bad_request("the patched object is not a JSON object")
-            self._check_body_kind(kind, out)
+            meta = self._check_body_kind(kind, out)["metadata"]
+            # As for an update (and whatever the subresource: a status write would otherwise
+            # drop the change silently and answer 200).
+            if meta.get("name") != name:
+                raise errors.bad_request(
+                    f"the name of the object ({meta.get('name')}) does not match the name on "
+                    f"the URL ({name})"
+                )
+            if kind.namespaced and meta.get("namespace") != ns:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
+                )
             return out
 
         obj = await self._guaranteed_update(call, kind, ns, name, sub, mutate, None)
