@@ -7,10 +7,11 @@ Order per request: probes and /version (anonymous) -> the orchestrator's own end
 hard limit (3 MiB, 413 beyond) and decoded as JSON (or YAML for apply and `application/yaml`, or
 Kubernetes protobuf for the typed clients of kubectl's generators, see `protobuf`): malformed
 input is a 400 Status. A body of a create, update or patch needs a Content-Type this server
-reads (415 otherwise, listing the accepted media types); a DELETE body without one is read as
-JSON, as the apiserver does. Strings are decoded as Go's encoding/json does: invalid UTF-8 and
-lone UTF-16 surrogates (escaped `"\ud800"` or raw `ED A0 80`) become U+FFFD, so no string the
-app holds can fail to encode later (a 500 after a write, or a body that is not JSON).
+reads (415 otherwise, listing the accepted media types); a body without one is read as JSON,
+as the apiserver does (kubectl's scale client sends none), and is a 415 if it is not JSON (a
+patch without one is always a 415). Strings are decoded as Go's encoding/json does: invalid
+UTF-8 and lone UTF-16 surrogates (escaped `"\ud800"` or raw `ED A0 80`) become U+FFFD, so no
+string the app holds can fail to encode later (a 500 after a write, or a body that is not JSON).
 A method no route defines is a 405; a URL over `MAX_URL` bytes a 414 and request headers over
 `MAX_HEADERS` bytes a 431 (hypercorn's own limit is set above both, see `auth.tls`, so the
 app answers with a Status).
@@ -451,13 +452,18 @@ class ApiApp:
         ns, name, verb = info.namespace, info.name, info.verb
         given_type = hdr.get("content-type", "").strip()
         if raw and verb in ("create", "update", "patch"):
-            # A body says what it is (as kube-apiserver's NegotiateInputSerializer); a patch's
-            # type is checked against the patch types by `Api.patch`.
+            # A body must be of a type this server reads (kube-apiserver's
+            # NegotiateInputSerializer); a patch's type is checked by `Api.patch`. Without a
+            # Content-Type, a patch is a 415 and another body is read as JSON, as the
+            # apiserver does (kubectl's scale client sends none): if it is not JSON, a 415.
             if not given_type:
-                raise errors.unsupported_media_type(
-                    "", ACCEPTED_BODY_TYPES if verb != "patch" else errors.PATCH_TYPES
-                )
-            if verb != "patch" and media_type(given_type) not in BODY_TYPES:
+                if verb == "patch":
+                    raise errors.unsupported_media_type("")
+                try:
+                    decode_body(raw, "application/json")
+                except ApiError:
+                    raise errors.unsupported_media_type("", ACCEPTED_BODY_TYPES) from None
+            elif verb != "patch" and media_type(given_type) not in BODY_TYPES:
                 raise errors.unsupported_media_type(media_type(given_type), ACCEPTED_BODY_TYPES)
         content_type = (given_type or "application/json").split(";")[0].strip()
         accept = hdr.get("accept", "")
