@@ -10,7 +10,7 @@ input is a 400 Status. A body of a create, update or patch needs a Content-Type 
 reads (415 otherwise, listing the accepted media types); a body without one is read as JSON,
 as the apiserver does (kubectl's scale client sends none), and is a 415 if it is not JSON (a
 patch without one is always a 415). Strings are decoded as Go's encoding/json does: invalid
-UTF-8 and lone UTF-16 surrogates (escaped `"\ud800"` or raw `ED A0 80`) become U+FFFD, so no
+UTF-8 and lone UTF-16 surrogates (escaped `"\\ud800"` or raw `ED A0 80`) become U+FFFD, so no
 string the app holds can fail to encode later (a 500 after a write, or a body that is not JSON).
 A method no route defines is a 405; a URL over `MAX_URL` bytes a 414 and request headers over
 `MAX_HEADERS` bytes a 431 (hypercorn's own limit is set above both, see `auth.tls`, so the
