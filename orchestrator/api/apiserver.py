@@ -49,7 +49,7 @@ from .auth.kubeconfig import write_kubeconfig
 from .auth.pki import Pki, atomic_write, ensure_pki
 from .auth.renewal import SERVING, CertRenewer, RenewalConfig, serving_leaf
 from .auth.shared import Bundle, local_bundle, shared_credentials
-from .auth.tls import ReloadableContext, serve, server_ssl_context
+from .auth.tls import MAX_REQUEST_HEAD, ReloadableContext, serve, server_ssl_context
 from .auth.tokens import ADMIN_USER, MASTERS, TokenStore
 from .logproxy import KUBELET_CLIENT_LEAF, AgentLogProxy, kubelet_client_leaf
 from .resources import Api, Call
@@ -227,6 +227,8 @@ class ApiServer:
         """hypercorn until drained: `drain_timeout` is its `graceful_timeout`."""
         config = Config()
         config.graceful_timeout = self.drain_timeout
+        # The app answers over-long URLs and headers with a Status (414/431): let them reach it.
+        config.h11_max_incomplete_size = MAX_REQUEST_HEAD
         try:
             await serve(
                 app,

@@ -6,7 +6,15 @@ Order per request: probes and /version (anonymous) -> the orchestrator's own end
 (`request.parse_path`) dispatched on verb and subresource to `Api`. Bodies are read with a
 hard limit (3 MiB, 413 beyond) and decoded as JSON (or YAML for apply and `application/yaml`, or
 Kubernetes protobuf for the typed clients of kubectl's generators, see `protobuf`): malformed
-input is a 400 Status.
+input is a 400 Status. A body of a create, update or patch needs a Content-Type this server
+reads (415 otherwise, listing the accepted media types); a body without one is read as JSON,
+as the apiserver does (kubectl's scale client sends none), and is a 415 if it is not JSON (a
+patch without one is always a 415). Strings are decoded as Go's encoding/json does: invalid
+UTF-8 and lone UTF-16 surrogates (escaped `"\\ud800"` or raw `ED A0 80`) become U+FFFD, so no
+string the app holds can fail to encode later (a 500 after a write, or a body that is not JSON).
+A method no route defines is a 405; a URL over `MAX_URL` bytes a 414 and request headers over
+`MAX_HEADERS` bytes a 431 (hypercorn's own limit is set above both, see `auth.tls`, so the
+app answers with a Status).
 
 Invariants: every response is JSON with a Content-Type; every failure is a metav1.Status
 (`errors.ApiError`); no exception escapes to hypercorn — an unexpected one is logged and answered
@@ -27,6 +35,7 @@ import json
 import logging
 import math
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,6 +61,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
+# Go's net/http allows 1 MiB of request head in all; the app refuses well below hypercorn's
+# limit (`auth.tls.MAX_REQUEST_HEAD`) so that the refusal is a Status it writes itself.
+MAX_URL = 64 * 1024
+MAX_HEADERS = 256 * 1024
+# Methods some route defines; anything else is a 405 wherever it is sent.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 ANONYMOUS_PATHS = ("/healthz", "/livez", "/readyz", "/version")
 _METRIC_LABELS = "orchestrator.metric_labels"  # scope key: (verb, resource) of a resource request
 # The apiserver ends watches after a random 30-60 min (min-request-timeout 1800 s) so load
@@ -112,7 +127,33 @@ class Response:
 
 
 def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate got past `decode_body` (it should not): escaped, it is still JSON,
+        # which a Go client reads as U+FFFD, rather than a 500 with no body.
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# An escape that may decode to a surrogate code point (JSON `\uD8..`, YAML also `\UD8..`):
+# bodies without one (nearly all) skip the walk below.
+_SURROGATE_ESCAPE = re.compile(rb"\\(?:u|U0000)[dD][89abcdefABCDEF]")
+
+
+def replace_surrogates(value: Any) -> Any:
+    """`value` with every surrogate code point in its strings (keys too) replaced by U+FFFD.
+    json.loads pairs valid surrogate escapes into one character, so those left are lone ones:
+    Go's decoder replaces them so, and UTF-8 cannot encode them."""
+    t = type(value)
+    if t is str:
+        return _SURROGATE.sub("\ufffd", value)
+    if t is dict:
+        return {replace_surrogates(k): replace_surrogates(v) for k, v in value.items()}
+    if t is list:
+        return [replace_surrogates(v) for v in value]
+    return value
 
 
 def _reject_constant(name: str) -> Any:
@@ -152,25 +193,43 @@ _NoAliasLoader.add_constructor("tag:yaml.org,2002:float", _NoAliasLoader.constru
 
 PROTOBUF = "application/vnd.kubernetes.protobuf"  # `protobuf.MEDIA_TYPE`, without the import
 _BINARY_BODY_TYPES = frozenset({PROTOBUF, "application/cbor"})
+_YAML_TYPES = frozenset({"application/yaml", "application/apply-patch+yaml", "text/yaml"})
+# What a create or update body may be (`text/yaml` too, as before: it is read as YAML).
+BODY_TYPES = frozenset({"application/json", "application/yaml", "text/yaml", PROTOBUF})
+ACCEPTED_BODY_TYPES = f"application/json, application/yaml, {PROTOBUF}"
+
+
+def media_type(content_type: str) -> str:
+    """The media type of a Content-Type value, without parameters, lower case."""
+    return content_type.split(";")[0].strip().lower()
 
 
 def decode_body(body: bytes, content_type: str) -> Any:
     if not body:
         return None
-    ct = content_type.split(";")[0].strip().lower()
+    ct = media_type(content_type)
     if ct == PROTOBUF:  # typed clients (kubectl's generators) send only protobuf
         from . import protobuf
 
-        return protobuf.decode(body)
+        return replace_surrogates(protobuf.decode(body))  # FieldsV1 inside is JSON
     if ct in _BINARY_BODY_TYPES:
         raise errors.unsupported_media_type(ct, "application/json, application/yaml")
+    # Not json.loads(bytes): it decodes with "surrogatepass", so raw ED A0 80 would become a
+    # lone surrogate. Invalid UTF-8 becomes U+FFFD, as in Go (one per invalid byte).
+    text = body.decode("utf-8", "replace")
     try:
-        if ct in ("application/yaml", "application/apply-patch+yaml", "text/yaml"):
-            return yaml.load(body.decode("utf-8"), Loader=_NoAliasLoader)
-        return json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float)
-    except (ValueError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise errors.bad_request(f"the request body is not valid JSON or YAML: {text}") from exc
+        if ct in _YAML_TYPES:
+            value = yaml.load(text, Loader=_NoAliasLoader)
+        else:
+            value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError, yaml.YAMLError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise errors.bad_request(
+            f"the request body is not valid JSON or YAML: {replace_surrogates(message)}"
+        ) from exc
+    if _SURROGATE_ESCAPE.search(body) is not None:
+        value = replace_surrogates(value)
+    return value
 
 
 class ApiApp:
@@ -226,7 +285,7 @@ class ApiApp:
 
     async def _send(self, response: Response, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [(b"content-type", response.content_type.encode())]
-        headers += [(b"warning", f'299 - "{w}"'.encode()) for w in response.warnings[:50]]
+        headers += [(b"warning", _warning_header(w)) for w in response.warnings[:50]]
         headers.append((b"cache-control", b"no-cache, private"))
         if response.stream is None:
             body = (
@@ -268,8 +327,22 @@ class ApiApp:
         path: str = scope.get("path", "/")
         method: str = scope.get("method", "GET").upper()
         headers: list[tuple[bytes, bytes]] = list(scope.get("headers") or [])
+        raw_path: bytes = scope.get("raw_path") or path.encode("utf-8", "replace")
+        if len(raw_path) + len(scope.get("query_string", b"")) > MAX_URL:
+            raise ApiError(414, "RequestURITooLong", f"the request URL is over {MAX_URL} bytes")
+        if sum(len(k) + len(v) + 4 for k, v in headers) > MAX_HEADERS:
+            raise ApiError(
+                431,
+                "RequestHeaderFieldsTooLarge",
+                f"the request headers are over {MAX_HEADERS} bytes",
+            )
+        if method not in KNOWN_METHODS:
+            raise errors.method_not_allowed(f"method {method} is not supported")
         hdr = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in headers}
         query = Query(scope.get("query_string", b""))
+        probe = path in ANONYMOUS_PATHS or path.startswith(("/healthz/", "/livez/", "/readyz/"))
+        if probe and method not in ("GET", "HEAD"):
+            raise errors.method_not_allowed(f"method {method} is not allowed on {path}")
         if path in ("/healthz", "/livez") or path.startswith(("/healthz/", "/livez/")):
             return Response(200, b"ok", content_type="text/plain")
         if path == "/readyz" or path.startswith("/readyz/"):
@@ -377,7 +450,22 @@ class ApiApp:
         if sub and sub not in kind.subresources:
             raise errors.route_not_found()
         ns, name, verb = info.namespace, info.name, info.verb
-        content_type = hdr.get("content-type", "application/json").split(";")[0].strip()
+        given_type = hdr.get("content-type", "").strip()
+        if raw and verb in ("create", "update", "patch"):
+            # A body must be of a type this server reads (kube-apiserver's
+            # NegotiateInputSerializer); a patch's type is checked by `Api.patch`. Without a
+            # Content-Type, a patch is a 415 and another body is read as JSON, as the
+            # apiserver does (kubectl's scale client sends none): if it is not JSON, a 415.
+            if not given_type:
+                if verb == "patch":
+                    raise errors.unsupported_media_type("")
+                try:
+                    decode_body(raw, "application/json")
+                except ApiError:
+                    raise errors.unsupported_media_type("", ACCEPTED_BODY_TYPES) from None
+            elif verb != "patch" and media_type(given_type) not in BODY_TYPES:
+                raise errors.unsupported_media_type(media_type(given_type), ACCEPTED_BODY_TYPES)
+        content_type = (given_type or "application/json").split(";")[0].strip()
         accept = hdr.get("accept", "")
         as_table = tables.wants_table(accept)
         if verb == "get":
@@ -532,6 +620,13 @@ class ApiApp:
             stream=stream,
             timeout=None if query.flag("follow") else 300.0,
         )
+
+
+def _warning_header(text: str) -> bytes:
+    """A `Warning: 299 - "..."` value: one line, UTF-8 (an encode never fails: a warning may
+    quote what the client sent)."""
+    one_line = _CONTROL.sub(" ", text)  # h11 refuses control characters in a header
+    return f'299 - "{one_line}"'.encode("utf-8", "replace")
 
 
 def _raise_404() -> Obj:

@@ -105,7 +105,7 @@ def already_exists(resource: str, group: str, name: str) -> ApiError:
 _MODIFIED = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
-_PATCH_TYPES = (
+PATCH_TYPES = (
     "application/json-patch+json, application/merge-patch+json, "
     "application/apply-patch+yaml, application/strategic-merge-patch+json"
 )
@@ -146,7 +146,7 @@ def method_not_allowed(
     return ApiError(405, "MethodNotAllowed", message)
 
 
-def unsupported_media_type(content_type: str, accepted: str = _PATCH_TYPES) -> ApiError:
+def unsupported_media_type(content_type: str, accepted: str = PATCH_TYPES) -> ApiError:
     return ApiError(
         415,
         "UnsupportedMediaType",

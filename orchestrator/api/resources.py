@@ -427,7 +427,19 @@ class Api:
                 out = apply_strategic_merge_patch(live, patch, kind.schema)
             if not isinstance(out, dict):
                 raise errors.bad_request("the patched object is not a JSON object")
-            self._check_body_kind(kind, out)
+            meta = self._check_body_kind(kind, out)["metadata"]
+            # As for an update (and whatever the subresource: a status write would otherwise
+            # drop the change silently and answer 200).
+            if meta.get("name") != name:
+                raise errors.bad_request(
+                    f"the name of the object ({meta.get('name')}) does not match the name on "
+                    f"the URL ({name})"
+                )
+            if kind.namespaced and meta.get("namespace") != ns:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
+                )
             return out
 
         obj = await self._guaranteed_update(call, kind, ns, name, sub, mutate, None)
@@ -760,6 +772,12 @@ class Api:
         ptype = PATCH_TYPES.get(content_type or "", "") if content_type else "put"
         if not ptype or ptype == "apply":
             raise errors.unsupported_media_type(content_type or "")
+        if ptype == "put":
+            _check_scale(body, name)  # before any read: a wrong body never reaches the loop
+        elif ptype == "json" and not isinstance(body, list):
+            raise errors.bad_request("a JSON patch must be a list of operations")
+        elif ptype == "merge" and not isinstance(body, dict):
+            raise errors.bad_request("the patch must be a JSON object")
 
         def mutate(live: Obj) -> Obj:
             current = self._scale(kind, live)
@@ -769,8 +787,7 @@ class Api:
                 wanted = apply_json_patch(current, body)
             else:
                 wanted = apply_merge_patch(current, body)
-            if not isinstance(wanted, dict):
-                raise errors.bad_request("the scale must be a JSON object")
+            _check_scale(wanted, name)
             replicas = get_path(wanted, "spec.replicas")
             if replicas is None:
                 replicas = 0
@@ -845,6 +862,30 @@ class Api:
             "status": "Success",
             "code": 201,
         }
+
+
+def _check_scale(scale: Any, name: str) -> None:
+    """A Scale body (PUT, or the result of a patch): an autoscaling/v1 Scale of this object
+    (an empty apiVersion and kind mean that one, as the apiserver's decoder defaults them)."""
+    if not isinstance(scale, dict):
+        raise errors.bad_request("the scale must be a JSON object")
+    api_version, kind_name = scale.get("apiVersion"), scale.get("kind")
+    if (api_version or kind_name) and (api_version, kind_name) != ("autoscaling/v1", "Scale"):
+        raise errors.bad_request(
+            f"the API version in the data ({api_version}) and kind ({kind_name}) do not match "
+            "the expected autoscaling/v1 Scale"
+        )
+    meta = scale.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise errors.bad_request("metadata must be an object")
+    if meta and meta.get("name") not in (None, "", name):
+        raise errors.bad_request(
+            f"the name of the object ({meta.get('name')}) does not match the name on the "
+            f"URL ({name})"
+        )
+    spec = scale.get("spec")
+    if spec is not None and not isinstance(spec, dict):
+        raise errors.bad_request("spec must be an object")
 
 
 def _namespace_finalizers(kind: Kind, obj: Obj) -> bool:

@@ -46,6 +46,10 @@ def encode(obj: Obj) -> bytes:
         data: bytes = msgpack.packb(obj, use_bin_type=True)
     except (OverflowError, TypeError, ValueError) as exc:
         raise errors.bad_request(f"the object cannot be stored: {exc}") from exc
+    if len(data) > st.MAX_VALUE_BYTES:  # the store would refuse it too, after a Raft round
+        raise errors.too_large(
+            f"the object is {len(data)} bytes encoded, over the limit of {st.MAX_VALUE_BYTES}"
+        )
     return data
 
 

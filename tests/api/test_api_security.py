@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,7 +13,7 @@ import pytest
 import trio
 from apiharness import Harness, api_server
 
-from orchestrator.api.auth.pki import issue_client_cert
+from orchestrator.api.auth.pki import ensure_pki, issue_client_cert
 
 
 @pytest.fixture
@@ -143,3 +144,68 @@ async def test_nodes_write_only_their_own_objects(h: Harness) -> None:
         json={"target": {"kind": "Node", "name": "edge-2"}},
     )
     assert_status(r, 409, "Conflict")
+
+
+# --- the API listener's rows of the listener matrix (issue 16) ------------------------------
+async def _write_pair(tmp: str, name: str, pair: tuple[bytes, bytes]) -> tuple[str, str]:
+    cert_path, key_path = trio.Path(tmp, f"{name}.crt"), trio.Path(tmp, f"{name}.key")
+    await cert_path.write_bytes(pair[0])
+    await key_path.write_bytes(pair[1])
+    return str(cert_path), str(key_path)
+
+
+async def test_api_listener_matrix(h: Harness) -> None:
+    """Over the real HTTPS listener: no credential -> 401 Status; a client certificate from
+    another CA -> refused (at the handshake, or 401); a node's certificate -> 403 Status on
+    what a node may not do, and it works where a node may."""
+    assert h.server.api is not None
+    assert h.server.api.pki is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        async with client_for(h) as anonymous:
+            for method, path in [
+                ("GET", "/api/v1/namespaces"),
+                ("GET", "/api/v1/namespaces/default/secrets"),
+                ("POST", "/api/v1/namespaces/default/configmaps"),
+                ("GET", "/apis"),
+                ("GET", "/metrics"),
+            ]:
+                body = b'{"metadata":{"name":"x"}}' if method == "POST" else None
+                r = await anonymous.request(
+                    method, path, content=body, headers={"content-type": "application/json"}
+                )
+                assert_status(r, 401, "Unauthorized")
+
+        other = ensure_pki(Path(tmp) / "other-ca", [])
+        foreign = await _write_pair(
+            tmp, "foreign", issue_client_cert(other, "mallory", ["system:masters"])
+        )
+        async with client_for(h, cert=foreign) as mallory:
+            try:
+                r = await mallory.get("/api/v1/namespaces/default/secrets")
+            except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
+                pass  # refused at the handshake: the certificate is not the cluster CA's
+            else:
+                assert_status(r, 401, "Unauthorized")
+
+        node = await _write_pair(
+            tmp,
+            "node",
+            issue_client_cert(h.server.api.pki, "system:node:edge-1", ["system:nodes"]),
+        )
+        async with client_for(h, cert=node) as agent:
+            r = await agent.post("/api/v1/nodes", json={"metadata": {"name": "edge-1"}})
+            assert r.status_code == 201, r.text  # its own Node: allowed
+            for method, path, body in [
+                ("POST", "/api/v1/nodes", {"metadata": {"name": "edge-2"}}),
+                ("POST", "/api/v1/namespaces", {"metadata": {"name": "mine"}}),
+                ("DELETE", "/api/v1/namespaces/default", None),
+                ("POST", "/api/v1/namespaces/default/secrets", {"metadata": {"name": "s"}}),
+                ("DELETE", "/apis/apps/v1/namespaces/default/deployments", None),
+                (
+                    "POST",
+                    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                    {"metadata": {"name": "things.example.com"}},
+                ),
+            ]:
+                r = await agent.request(method, path, json=body)
+                assert_status(r, 403, "Forbidden")

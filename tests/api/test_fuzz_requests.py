@@ -16,16 +16,13 @@ synchronous tests against it with a blocking httpx client; the store revision is
 from __future__ import annotations
 
 import json
-import ssl
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import trio
 import yaml
-from apiharness import Harness, api_server
+from apiharness import Live, live_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,59 +37,11 @@ FUZZ = settings(
 MiB = 1024 * 1024
 
 
-class Live:
-    """The running server (in its thread), its trio token and a blocking client."""
-
-    def __init__(self, harness: Harness, token: trio.lowlevel.TrioToken, http: httpx.Client):
-        self.harness, self.token, self.http = harness, token, http
-
-    def __repr__(self) -> str:  # Hypothesis prints it with every falsifying example
-        return f"Live({self.harness.url})"
-
-    def revision(self) -> int:
-        store = self.harness.server.store
-        return int(trio.from_thread.run(store.current_revision, trio_token=self.token))
-
-
 @pytest.fixture(scope="module")
 def live() -> Iterator[Live]:
-    ready = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def main() -> None:
-        # No controllers: the test checks that a refused request leaves the revision alone.
-        async with api_server(controllers=False) as h:
-            box["harness"], box["token"] = h, trio.lowlevel.current_trio_token()
-            box["stop"] = trio.Event()
-            ready.set()
-            await box["stop"].wait()
-
-    def run() -> None:
-        try:
-            trio.run(main)
-        except BaseException as exc:  # handed to the test thread below
-            box["error"] = exc
-            ready.set()
-
-    thread = threading.Thread(target=run, name="fuzz-api-server", daemon=True)
-    thread.start()
-    assert ready.wait(60), "the in-process server did not start within 60 s"
-    if "error" in box:
-        raise box["error"]
-    h: Harness = box["harness"]
-    verify = ssl.create_default_context(cadata=h.ca_pem.decode())
-    with httpx.Client(
-        base_url=h.url, headers={"Authorization": f"Bearer {h.token}"}, verify=verify, timeout=30
-    ) as http:
-        live = Live(h, box["token"], http)
-        _seed(live)
-        try:
-            yield live
-        finally:
-            trio.from_thread.run_sync(box["stop"].set, trio_token=live.token)
-            thread.join(30)
-    if "error" in box:
-        raise box["error"]
+    with live_server() as server:
+        _seed(server)
+        yield server
 
 
 def _seed(live: Live) -> None:

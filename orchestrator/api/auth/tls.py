@@ -21,7 +21,9 @@ Hypercorn internals relied on (pin `hypercorn>=0.17,<0.19`, checked against 0.18
 HTTP/1.1 connections check before they are kept alive), `hypercorn.app_wrappers.ASGIWrapper`, and
 `hypercorn.protocol.h11.H11Protocol._send_h11_event`, wrapped (once, at import) to add the
 reason phrase hypercorn leaves out: Go's net/http sends `HTTP/1.1 404 Not Found`, and the Python
-client shows that phrase as `ApiException.reason`.
+client shows that phrase as `ApiException.reason`; and `H11Protocol._send_error_response`
+(hypercorn's answer to a request h11 cannot read: malformed, or a head over
+`h11_max_incomplete_size`), replaced so that its body is a metav1.Status, not empty.
 
 Certificates renewed while serving: `ssl_context` may be a `ReloadableContext`; each accepted
 connection then gets its *current* context, and `reload()` builds a new one from the files (in a
@@ -47,6 +49,7 @@ until the timeout (and, outside a stop, leak the connection's task).
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
@@ -89,6 +92,48 @@ async def _send_with_reason(self: H11Protocol, event: Any) -> None:
 
 
 H11Protocol._send_h11_event = _send_with_reason  # type: ignore[method-assign]  # see module doc
+
+# The request head (request line and headers) hypercorn buffers before it gives up with a 431;
+# as Go's net/http (MaxHeaderBytes), 1 MiB. Set as `h11_max_incomplete_size` by servers whose
+# app refuses over-long URLs and headers itself, below this (`api.app.MAX_URL`/`MAX_HEADERS`).
+MAX_REQUEST_HEAD = 1024 * 1024
+
+_ERROR_REASONS = {
+    400: ("BadRequest", "the request could not be parsed as HTTP/1.1"),
+    414: ("RequestURITooLong", "the request URL is too long"),
+    431: ("RequestHeaderFieldsTooLarge", "the request line and headers are too large"),
+}
+
+
+async def _send_status_error(self: H11Protocol, status_code: int) -> None:
+    """hypercorn's answer to a request h11 could not read (malformed, head over the limit):
+    a metav1.Status JSON body instead of an empty one, so every answer a client gets from an
+    API listener is a Status."""
+    reason, message = _ERROR_REASONS.get(status_code, ("BadRequest", "bad request"))
+    body = json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": status_code,
+        },
+        separators=(",", ":"),
+    ).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        *self.config.response_headers("h11"),
+    ]
+    await self._send_h11_event(h11.Response(status_code=status_code, headers=headers))
+    await self._send_h11_event(h11.Data(data=body))
+    await self._send_h11_event(h11.EndOfMessage())
+
+
+H11Protocol._send_error_response = _send_status_error  # type: ignore[method-assign]  # see above
 
 
 def server_ssl_context(pki: Pki, *, http2: bool = False) -> ssl.SSLContext:

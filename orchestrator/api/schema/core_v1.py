@@ -40,6 +40,7 @@ from .meta import (
     field_label,
     forbidden,
     get,
+    invalid,
     object_schema,
     sub,
 )
@@ -265,6 +266,48 @@ def validate_immutable_data(new: Obj, old: Obj | None) -> list[Cause]:
     ]
 
 
+MAX_DATA_BYTES = 1024 * 1024  # corev1.MaxSecretSize: a ConfigMap's or Secret's data, summed
+_TOO_LONG = f"Too long: must have at most {MAX_DATA_BYTES} bytes"
+
+
+def _utf8_size(text: str) -> int:
+    # len() is a lower bound; encode only when it might matter (big values are rare).
+    return len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+
+
+def _base64_size(text: str) -> int:
+    """The decoded size of a base64 value (already checked by the schema's `byte` format)."""
+    return len(text) * 3 // 4 - text[-2:].count("=")
+
+
+def validate_config_map(new: Obj, old: Obj | None) -> list[Cause]:
+    """Immutability, and the data size limit as `ValidateConfigMap`: keys and values of
+    `data` and `binaryData` (decoded) together at most 1 MiB."""
+    causes = validate_immutable_data(new, old)
+    total = 0
+    for k, v in sub(new, "data").items():
+        total += _utf8_size(str(k)) + (_utf8_size(v) if isinstance(v, str) else 0)
+    for k, v in sub(new, "binaryData").items():
+        total += _utf8_size(str(k)) + (_base64_size(v) if isinstance(v, str) else 0)
+    if total > MAX_DATA_BYTES:
+        causes.append(Cause("data", _TOO_LONG, "FieldValueTooLong"))
+    return causes
+
+
+def validate_secret(new: Obj, old: Obj | None) -> list[Cause]:
+    """Immutability (the `type` always), and the data size limit as `ValidateSecret`: keys and
+    decoded values of `data` (stringData is folded in by then) together at most 1 MiB."""
+    causes = validate_immutable_data(new, old)
+    if old is not None and new.get("type") != old.get("type") and old.get("immutable") is not True:
+        causes.append(invalid("type", new.get("type"), "field is immutable"))
+    total = 0
+    for k, v in sub(new, "data").items():
+        total += _utf8_size(str(k)) + (_base64_size(v) if isinstance(v, str) else 0)
+    if total > MAX_DATA_BYTES:
+        causes.append(Cause("data", _TOO_LONG, "FieldValueTooLong"))
+    return causes
+
+
 CONFIG_MAP = Kind(
     group="",
     version="v1",
@@ -296,7 +339,7 @@ CONFIG_MAP = Kind(
         ),
         AGE,
     ),
-    validate=validate_immutable_data,
+    validate=validate_config_map,
 )
 
 
@@ -335,7 +378,7 @@ SECRET = Kind(
         AGE,
     ),
     field_labels={"type": field_label("type")},
-    validate=validate_immutable_data,
+    validate=validate_secret,
     default=_default_secret,
 )
 

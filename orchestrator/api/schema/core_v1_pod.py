@@ -36,7 +36,7 @@ from .meta import (
     required,
     sub,
 )
-from .names import is_dns1123_label
+from .names import is_dns1123_label, is_valid_port_name
 
 Obj = dict[str, Any]
 
@@ -200,8 +200,15 @@ def _validate_container(c: Obj, path: str, volumes: set[str], causes: list[Cause
     image = c.get("image")
     if image is None or (isinstance(image, str) and not image.strip()):
         causes.append(required(f"{path}.image"))
+    port_names: set[str] = set()
     for j, port in enumerate(dict_list(c, "ports")):
         p = f"{path}.ports[{j}]"
+        pname = port.get("name")
+        if isinstance(pname, str) and pname:
+            causes.extend(invalid(f"{p}.name", pname, m) for m in is_valid_port_name(pname))
+            if pname in port_names:
+                causes.append(duplicate(f"{p}.name", pname))
+            port_names.add(pname)
         causes.extend(port_range(f"{p}.containerPort", port.get("containerPort")))
         if port.get("hostPort"):
             causes.extend(port_range(f"{p}.hostPort", port.get("hostPort")))

@@ -159,6 +159,26 @@ def is_dns1035_label(value: str) -> list[str]:
     return errs
 
 
+_PORT_NAME_CHARS = re.compile(r"[-a-z0-9]+", re.ASCII)
+_PORT_NAME_LETTER = re.compile(r"[a-z]", re.ASCII)
+
+
+def is_valid_port_name(value: str) -> list[str]:
+    """validation.IsValidPortName (an IANA_SVC_NAME, RFC 6335): a container port's name."""
+    errs = []
+    if len(value) > 15:
+        errs.append("must be no more than 15 characters")
+    if not _full(_PORT_NAME_CHARS, value):
+        errs.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if "--" in value:
+        errs.append("must not contain consecutive hyphens")
+    if value and _PORT_NAME_LETTER.search(value) is None:
+        errs.append("must contain at least one letter (a-z)")
+    if value.startswith("-") or value.endswith("-"):
+        errs.append("must not begin or end with a hyphen")
+    return errs
+
+
 def is_path_segment_name(value: str) -> list[str]:
     """path.IsValidPathSegmentName: the name must be usable as one URL path segment."""
     if value in (".", ".."):
