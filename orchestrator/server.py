@@ -39,6 +39,7 @@ from .api.apiserver import DRAIN_TIMEOUT, ApiOptions, ApiServer
 from .api.members import MemberDirectory, client_address
 from .controllers.registry import default_controllers
 from .controllers.runtime.manager import ControllerManager, ControllerOptions
+from .listenerrors import naming_listener
 from .memory import trim_heap, trim_task
 from .raft.node import NodeConfig, RaftError, RaftNode
 from .raft.statemachine import StateMachine
@@ -135,8 +136,10 @@ class Server:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.store.run)
-            await nursery.start(self.service.run)
+            with naming_listener("--peer-listen", self.opts.node.peer_listen):
+                await nursery.start(self.store.run)  # the Raft node binds the peer port
+            with naming_listener("--client-listen", self.opts.client_listen):
+                await nursery.start(self.service.run)
             log.info(
                 "server %d ready: peers on %s, clients on port %d",
                 self.node.id,
@@ -155,7 +158,8 @@ class Server:
                 address = client_address(self.opts.client_listen, self.service.port, publisher.host)
                 directory = MemberDirectory.for_server(self.store, self.node, address)
                 self.api.members = directory.list
-                await nursery.start(self.api.run)
+                with naming_listener("--listen", self.api.opts.listen):
+                    await nursery.start(self.api.run)
                 await nursery.start(publisher.run)
                 await nursery.start(directory.run)
             await nursery.start(self._run_api_users)

@@ -365,12 +365,13 @@ def _server(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
+    from ..listenerrors import ListenerError
     from ..serverjoin import JoinFailed
 
     failure: BaseException | None = None
     try:
         trio.run(serve_until_signalled, opts)
-    except* (PermissionError, JoinFailed, trio.TooSlowError) as eg:
+    except* (ListenerError, PermissionError, JoinFailed, trio.TooSlowError) as eg:
         failure = eg.exceptions[0]
         while isinstance(failure, BaseExceptionGroup):  # nurseries nest groups
             failure = failure.exceptions[0]
