@@ -46,7 +46,7 @@ from .raft.statemachine import StateMachine
 from .store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
 from .store.raftstore import CompactionPolicy, RaftStore
 from .store.service import ClientService
-from .systemd import Notifier, reload_log_level, watchdog_task
+from .systemd import Notifier, reload_log_level, signal_name, watchdog_task
 
 log = logging.getLogger("orchestrator.server")
 
@@ -336,7 +336,7 @@ async def serve_until_signalled(opts: ServerOptions, notifier: Notifier | None =
                     reload_config()
                     notifier.ready()
                     continue
-                log.info("received %s: shutting down", signal.Signals(signum).name)
+                log.info("received %s: shutting down", signal_name(signum))
                 await shut_down(server, notifier)
                 nursery.cancel_scope.cancel()  # the databases close as the store's task ends
                 break

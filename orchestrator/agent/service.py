@@ -70,7 +70,7 @@ import trio
 from ..config import ListOption
 from ..cri.runtime import RuntimeService
 from ..memory import trim_task
-from ..systemd import Notifier, reload_log_level, watchdog_task
+from ..systemd import Notifier, reload_log_level, signal_name, watchdog_task
 from .agent import Agent, AgentOptions
 from .podworker import WorkerOptions
 
@@ -386,7 +386,8 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                             log.warning("reloaded: %s", "; ".join(changes) or "nothing changed")
                             notifier.ready()
                             continue
-                        log.info("received %s: stopping (containers keep running)", signum)
+                        name = signal_name(signum)  # "SIGINT", not "2"
+                        log.info("received %s: stopping (containers keep running)", name)
                         notifier.stopping("stopping (containers keep running)")
                         nursery.cancel_scope.cancel()
                         break
