@@ -191,6 +191,13 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     get = kvs.add_parser("get", parents=[ep])
     get.add_argument("key")
     get.add_argument("--stale", action="store_true", help="serve from the local copy")
+    get.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="text: the value if it is UTF-8 text; json: exact bytes (base64) and revisions",
+    )
     dele = kvs.add_parser("delete", parents=[ep])
     dele.add_argument("key")
 
@@ -393,11 +400,13 @@ async def _client_command(args: argparse.Namespace) -> int:
                     await c.put(args.key, args.value.encode())
                     print("OK")
                 elif args.kv_command == "get":
-                    v = await c.get(args.key, linearizable=not args.stale)
-                    if v is None:
+                    from .kvget import print_value
+
+                    got = await c.get_kv(args.key, linearizable=not args.stale)
+                    if got is None:
                         print(f"error: key {args.key!r} not found", file=sys.stderr)
                         return 1
-                    print(v.decode(errors="replace"))
+                    return print_value(got, args.output, sys.stdout, sys.stderr)
                 else:
                     print("deleted" if await c.delete(args.key) else "not found")
             elif args.command == "member":
