@@ -10,20 +10,23 @@ the CLI prints (`error: <line>`) before it exits with status 1.
         await nursery.start(service.run)
 
 Invariants: only the bind errors named in `_REASONS` (port taken, address not on this machine,
-a privileged port) are translated, and only when every leaf of the group is one of them; any
-other exception, or a group that also holds something else, passes through unchanged, so a real
-bug keeps its traceback. The original error stays reachable as `__cause__`.
+a privileged port) and a listen host that does not resolve are translated; only socket errors
+(no file name: an unwritable data dir is EACCES too and keeps its own message); and only when
+every leaf of the group is one of them. Any other exception, or a group that also holds
+something else, passes through unchanged, so a real bug keeps its traceback. The original
+error stays reachable as `__cause__`.
 """
 
 from __future__ import annotations
 
 import errno
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 __all__ = ["ListenerError", "bind_error", "naming_listener"]
 
-# errno -> what it means for a listener, and what to do (with {port} and {flag} filled in).
+# errno -> what it means for a listener, and what to do ({host}, {port}, {flag} filled in).
 _REASONS: dict[int, str] = {
     errno.EADDRINUSE: (
         "port {port} is already in use (by another process, or by another listener of this one); "
@@ -38,37 +41,48 @@ _REASONS: dict[int, str] = {
         "CAP_NET_BIND_SERVICE); choose another port with {flag}"
     ),
 }
+_OTHER = "cannot listen there ({why}); choose another address with {flag}"  # built by hand
+_UNRESOLVED = "host {host} does not resolve ({why}); give an address of this machine with {flag}"
 
 
 class ListenerError(Exception):
-    """A listener could not bind `address`, the value of command-line flag `flag`."""
+    """A listener could not bind `address`, the value of command-line flag `flag`; `cause` is
+    the bind failure (`bind_error`)."""
 
-    def __init__(self, flag: str, address: str, code: int) -> None:
+    def __init__(self, flag: str, address: str, cause: OSError) -> None:
         self.flag = flag
         self.address = address
-        self.errno = code
+        self.cause = cause
         host, _, port = address.rpartition(":")
-        reason = _REASONS[code].format(port=port or address, host=host or address, flag=flag)
+        unresolved = isinstance(cause, socket.gaierror)
+        template = _UNRESOLVED if unresolved else _REASONS.get(cause.errno or 0, _OTHER)
+        reason = template.format(
+            host=host or address, port=port or address, flag=flag, why=cause.strerror
+        )
         super().__init__(f"{flag} {address}: {reason}")
 
 
-def bind_error(exc: BaseException) -> int | None:
-    """The errno of `exc` if it is a bind failure `naming_listener` translates, else None."""
-    if isinstance(exc, OSError) and exc.errno in _REASONS:
-        return exc.errno
+def bind_error(exc: BaseException) -> OSError | None:
+    """`exc` if it is a bind failure `naming_listener` translates (module doc), else None."""
+    if isinstance(exc, socket.gaierror):  # the listen address's host name does not resolve
+        return exc
+    # A file operation's error carries its path (a data dir we may not write is EACCES too); a
+    # socket's never does.
+    if isinstance(exc, OSError) and exc.errno in _REASONS and exc.filename is None:
+        return exc
     return None
 
 
-def _only_bind_errors(exc: BaseException) -> int | None:
-    """The errno shared by the bind failures that are all of `exc`'s leaves (the first one if
-    they differ), or None if `exc` holds anything else."""
+def _only_bind_errors(exc: BaseException) -> OSError | None:
+    """The first of the bind failures that are all of `exc`'s leaves, or None if `exc` holds
+    anything else."""
     if isinstance(exc, BaseExceptionGroup):
-        found: int | None = None
+        found: OSError | None = None
         for inner in exc.exceptions:
-            code = _only_bind_errors(inner)
-            if code is None:
+            leaf = _only_bind_errors(inner)
+            if leaf is None:
                 return None
-            found = found if found is not None else code
+            found = found or leaf
         return found
     return bind_error(exc)
 
@@ -79,7 +93,7 @@ def naming_listener(flag: str, address: str) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:  # groups too: the bind failed inside a nursery
-        code = _only_bind_errors(exc)
-        if code is None:
+        leaf = _only_bind_errors(exc)
+        if leaf is None:
             raise
-        raise ListenerError(flag, address, code) from exc
+        raise ListenerError(flag, address, leaf) from exc

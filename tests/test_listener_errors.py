@@ -67,10 +67,25 @@ def test_other_bind_failures_say_what_is_wrong(code: int, says: str) -> None:
         raise OSError(code, os.strerror(code))
 
 
+def test_a_listen_host_that_does_not_resolve_is_one_line() -> None:
+    with pytest.raises(ListenerError) as caught, naming_listener("--listen", "nohost.invalid:6443"):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    assert str(caught.value) == (
+        "--listen nohost.invalid:6443: host nohost.invalid does not resolve (Name or service "
+        "not known); give an address of this machine with --listen"
+    )
+
+
 def test_other_errors_pass_through_unchanged() -> None:
     with pytest.raises(OSError, match="disk") as caught, naming_listener("--listen", "h:1"):
         raise OSError(errno.EIO, "disk")
     assert not isinstance(caught.value, ListenerError)
+    # an unwritable data dir is EACCES too, but a file's: it keeps its own message
+    with (
+        pytest.raises(PermissionError, match="data/kubeconfig"),
+        naming_listener("--listen", "h:1"),
+    ):
+        raise PermissionError(errno.EACCES, "Permission denied", "data/kubeconfig")
     with pytest.raises(KeyError), naming_listener("--listen", "h:1"):
         raise KeyError("x")
     # a group that holds a bind failure and something else keeps both (a real bug stays seen)
@@ -115,3 +130,11 @@ def test_server_port_clash_is_one_line_and_status_1(
     assert done.stderr.splitlines()[-1] == errors[0]
     assert "Traceback" not in done.stderr
     assert "ExceptionGroup" not in done.stderr
+
+
+def test_a_listener_error_built_by_hand_from_another_error_still_reads() -> None:
+    error = ListenerError("--kubelet-port", "10.0.0.5:10250", OSError(errno.ENOBUFS, "No buffer"))
+    assert str(error) == (
+        "--kubelet-port 10.0.0.5:10250: cannot listen there (No buffer); "
+        "choose another address with --kubelet-port"
+    )
