@@ -27,21 +27,24 @@ CHILDREN = ["httpcore.connection", "httpcore.http11", "hpack.hpack", "h2.connect
 
 @pytest.fixture
 def logs() -> Iterator[io.StringIO]:
-    """A JSON log stream installed by `logsetup.setup`; the logging state is restored after."""
+    """A stream for `logsetup.setup`; after the test the handler it installed is removed, the
+    one it replaced (if any) put back, and the levels restored. pytest's own handlers are left
+    alone: it adds and removes them per test phase."""
     root = logging.getLogger()
-    saved_root = (root.level, list(root.handlers))
-    saved = {name: logging.getLogger(name).level for name in LIBRARIES}
+    saved_level = root.level
+    saved_levels = {name: logging.getLogger(name).level for name in LIBRARIES}
     saved_handler = logsetup._handler
-    out = io.StringIO()
+    was_installed = saved_handler is not None and saved_handler in root.handlers
     try:
-        yield out
+        yield io.StringIO()
     finally:
         if logsetup._handler is not None and logsetup._handler is not saved_handler:
             root.removeHandler(logsetup._handler)
         logsetup._handler = saved_handler
-        root.setLevel(saved_root[0])
-        root.handlers[:] = saved_root[1]
-        for name, level in saved.items():
+        if was_installed and saved_handler is not None:
+            root.addHandler(saved_handler)  # no-op if it is still there
+        root.setLevel(saved_level)
+        for name, level in saved_levels.items():
             logging.getLogger(name).setLevel(level)
 
 
