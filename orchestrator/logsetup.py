@@ -18,6 +18,14 @@ The text format is `2025-01-02 03:04:05,678 INFO orchestrator.raft.node: message
 
 `set_level(level)` changes the level at run time (a SIGHUP reload calls it); it accepts the
 same names as `--log-level` (`debug`, `info`, `warning`, `error`).
+
+INFO is one line per meaningful event. The libraries' per-request lines stay at DEBUG: httpx
+logs every request it sends at INFO ("HTTP Request: GET ... 200 OK": an agent's probes and
+heartbeats, several lines a second on flash), and httpcore, hpack, h2, h11 and hypercorn's
+access log add their own per-request and per-frame lines. The loggers in `PER_REQUEST` are
+set to WARNING unless the process logs at DEBUG, so at INFO those records are not even made;
+at DEBUG they are shown, their INFO records relabelled DEBUG (a search for level info never
+finds one). Their warnings and errors always pass.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from typing import Any, TextIO
 __all__ = [
     "FORMATS",
     "LEVELS",
+    "PER_REQUEST",
     "JsonFormatter",
     "TextFormatter",
     "add_arguments",
@@ -49,6 +58,9 @@ _STANDARD = frozenset(
 )
 
 _handler: logging.Handler | None = None  # the one `setup` installed
+
+# Libraries that log per request or per frame (module doc): at DEBUG only.
+PER_REQUEST = ("httpx", "httpcore", "hpack", "h2", "h11", "hypercorn.access")
 
 
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
@@ -92,6 +104,27 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+def _per_request(name: str) -> bool:
+    return any(name == top or name.startswith(top + ".") for top in PER_REQUEST)
+
+
+class _DemotePerRequest(logging.Filter):
+    """On the handler: an INFO record of a `PER_REQUEST` logger is shown as DEBUG (the loggers'
+    levels already keep it out unless the process logs at DEBUG)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and _per_request(record.name):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+def _quiet_per_request(level: int) -> None:
+    """The `PER_REQUEST` loggers' level for a process logging at `level` (module doc)."""
+    quiet = logging.DEBUG if level <= logging.DEBUG else logging.WARNING
+    for name in PER_REQUEST:
+        logging.getLogger(name).setLevel(quiet)
+
+
 def _level(name: str | int) -> int:
     if isinstance(name, int):
         return name
@@ -112,17 +145,21 @@ def setup(level: str | int = "info", fmt: str = "auto", stream: TextIO | None = 
         fmt = "text" if isatty is not None and isatty() else "json"
     handler = logging.StreamHandler(out)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(_DemotePerRequest())
     root = logging.getLogger()
     if _handler is not None:
         root.removeHandler(_handler)
     _handler = handler
     root.addHandler(handler)
-    root.setLevel(_level(level))
+    set_level(level)
 
 
 def set_level(level: str | int) -> None:
-    """Change the root logger's level at run time (e.g. on SIGHUP)."""
-    logging.getLogger().setLevel(_level(level))
+    """Change the root logger's level at run time (e.g. on SIGHUP); the per-request loggers
+    follow (module doc)."""
+    value = _level(level)
+    logging.getLogger().setLevel(value)
+    _quiet_per_request(value)
 
 
 def get_level() -> str:

@@ -39,13 +39,14 @@ from .api.apiserver import DRAIN_TIMEOUT, ApiOptions, ApiServer
 from .api.members import MemberDirectory, client_address
 from .controllers.registry import default_controllers
 from .controllers.runtime.manager import ControllerManager, ControllerOptions
+from .listenerrors import naming_listener
 from .memory import trim_heap, trim_task
 from .raft.node import NodeConfig, RaftError, RaftNode
 from .raft.statemachine import StateMachine
 from .store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
 from .store.raftstore import CompactionPolicy, RaftStore
 from .store.service import ClientService
-from .systemd import Notifier, reload_log_level, watchdog_task
+from .systemd import Notifier, reload_log_level, signal_name, watchdog_task
 
 log = logging.getLogger("orchestrator.server")
 
@@ -135,8 +136,10 @@ class Server:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.store.run)
-            await nursery.start(self.service.run)
+            with naming_listener("--peer-listen", self.opts.node.peer_listen):
+                await nursery.start(self.store.run)  # the Raft node binds the peer port
+            with naming_listener("--client-listen", self.opts.client_listen):
+                await nursery.start(self.service.run)
             log.info(
                 "server %d ready: peers on %s, clients on port %d",
                 self.node.id,
@@ -155,7 +158,8 @@ class Server:
                 address = client_address(self.opts.client_listen, self.service.port, publisher.host)
                 directory = MemberDirectory.for_server(self.store, self.node, address)
                 self.api.members = directory.list
-                await nursery.start(self.api.run)
+                with naming_listener("--listen", self.api.opts.listen):
+                    await nursery.start(self.api.run)
                 await nursery.start(publisher.run)
                 await nursery.start(directory.run)
             await nursery.start(self._run_api_users)
@@ -332,7 +336,7 @@ async def serve_until_signalled(opts: ServerOptions, notifier: Notifier | None =
                     reload_config()
                     notifier.ready()
                     continue
-                log.info("received %s: shutting down", signal.Signals(signum).name)
+                log.info("received %s: shutting down", signal_name(signum))
                 await shut_down(server, notifier)
                 nursery.cancel_scope.cancel()  # the databases close as the store's task ends
                 break

@@ -23,6 +23,9 @@ The message order a service sends: `STATUS=starting...` lines, `READY=1` once it
 `WATCHDOG_USEC` from a task of the trio loop (`watchdog_task`: a hung event loop stops pinging
 and systemd restarts the service), `RELOADING=1` + `MONOTONIC_USEC=` ... `READY=1` around a
 SIGHUP reload, and `STOPPING=1` when shutdown begins.
+
+Logs name signals (`signal_name`: "SIGTERM", never "15"), and a child's end says whether it
+exited or was killed by which signal (`exit_description`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import logging
 import os
 import re
 import shlex
+import signal
 import socket
 import sys
 import time
@@ -40,6 +44,8 @@ from pathlib import Path
 
 import trio
 
+from . import logsetup
+
 __all__ = [
     "ENV_FILE_VAR",
     "LOG_LEVEL_VAR",
@@ -47,11 +53,13 @@ __all__ = [
     "UnitSpec",
     "config_file_path",
     "exec_quote",
+    "exit_description",
     "parse_env_file",
     "read_env_file",
     "reload_log_level",
     "render_env_file",
     "render_unit",
+    "signal_name",
     "watchdog_task",
 ]
 
@@ -80,6 +88,24 @@ class UnitSpec:
 
 
 _SAFE_ARG = re.compile(r"[A-Za-z0-9_@%$+=:,./-]+")
+
+
+def signal_name(signum: int) -> str:
+    """`SIGTERM` for 15: what people and log searches know a signal by (`signal 99` for a
+    number this platform has no name for)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def exit_description(returncode: int | None) -> str:
+    """How a child ended, from `Popen.returncode` (negative: killed by that signal)."""
+    if returncode is None:
+        return "is still running"
+    if returncode < 0:
+        return f"was killed by {signal_name(-returncode)}"
+    return f"exited with status {returncode}"
 
 
 def exec_quote(arg: str) -> str:
@@ -392,5 +418,5 @@ def reload_log_level(
     old = logging.getLevelName(root.level).lower()
     if old == text:
         return []
-    root.setLevel(text.upper())
+    logsetup.set_level(text)  # the per-request libraries' loggers follow
     return [f"log level {old} -> {text} (from {source})"]

@@ -40,9 +40,9 @@ reports: `--node-ip`, else the host's outbound address; for the embedded agent t
 `--listen` address when that is a specific one (127.0.0.1 for a server on loopback) — never on
 the wildcard, and on `--kubelet-port` (both commands; default 10250, 0 = any free port). The
 Node advertises the port actually bound (0 when the endpoint is not served). A port that cannot
-be bound stops start-up with one line (`ListenError`: `orchestrator agent: --kubelet-port 10250
-is already in use ...`), exit status 1: a Node must not advertise a port some other process
-holds (the API server would send its log requests there).
+be bound stops start-up with one line (`listenerrors.ListenerError`: `error: --kubelet-port
+10.0.0.5:10250: port 10250 is already in use ...`), exit status 1: a Node must not advertise a
+port some other process holds (the API server would send its log requests there).
 
 Runtime (`--runtime`, both commands): `auto` (default) uses containerd when its socket
 (`--containerd-socket`, default `/run/containerd/containerd.sock`) exists and answers `Version`
@@ -65,7 +65,6 @@ meanwhile are stopped when it reconnects. For long partitions give the pods a lo
 from __future__ import annotations
 
 import argparse
-import errno
 import ipaddress
 import logging
 import os
@@ -81,8 +80,9 @@ import trio
 
 from ..config import ListOption
 from ..cri.runtime import RuntimeService
+from ..listenerrors import ListenerError, naming_listener
 from ..memory import trim_task
-from ..systemd import Notifier, reload_log_level, watchdog_task
+from ..systemd import Notifier, reload_log_level, signal_name, watchdog_task
 from .agent import Agent, AgentOptions
 from .podworker import WorkerOptions
 
@@ -96,7 +96,6 @@ if TYPE_CHECKING:
 __all__ = [
     "RUNTIME_LABEL",
     "AgentConfig",
-    "ListenError",
     "add_parser",
     "choose_runtime",
     "client_config",
@@ -115,46 +114,10 @@ DEFAULT_KUBELET_PORT = 10250
 PORT_FLAG = "--kubelet-port"
 
 
-class ListenError(Exception):
-    """The log endpoint could not listen; `str()` is the one line to show (no traceback)."""
-
-
-def listen_error(command: str, host: str, port: int, exc: BaseException) -> ListenError:
-    """The one line for a failed bind of `host:port` by `orchestrator <command>`."""
-    inner = _first_os_error(exc)
-    if inner is not None and inner.errno == errno.EADDRINUSE:
-        return ListenError(
-            f"orchestrator {command}: {PORT_FLAG} {port} is already in use on {host} "
-            "(choose another port, or 0 for any free one)"
-        )
-    if inner is not None and inner.errno == errno.EADDRNOTAVAIL:
-        return ListenError(
-            f"orchestrator {command}: cannot listen on {host}:{port} ({PORT_FLAG}): {host} is "
-            "not an address of this host (check --node-ip)"
-        )
-    why = (inner.strerror if inner is not None else None) or str(exc) or type(exc).__name__
-    return ListenError(
-        f"orchestrator {command}: cannot listen on {host}:{port} ({PORT_FLAG}): {why}"
-    )
-
-
-def _first_os_error(exc: BaseException) -> OSError | None:
-    if isinstance(exc, OSError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _first_os_error(inner)
-            if found is not None:
-                return found
-    return None
-
-
-async def start_endpoint(nursery: trio.Nursery, endpoint: LogEndpoint, command: str) -> int:
-    """Start the log endpoint in `nursery`; its bound port. ListenError if it cannot listen."""
-    try:
+async def start_endpoint(nursery: trio.Nursery, endpoint: LogEndpoint) -> int:
+    """Start the log endpoint in `nursery`; its bound port. ListenerError if it cannot listen."""
+    with naming_listener(PORT_FLAG, _host_port(endpoint.host, endpoint.port)):
         port: int = await nursery.start(endpoint.run)
-    except* OSError as group:
-        raise listen_error(command, endpoint.host, endpoint.port, group) from None
     log.info("log endpoint on %s", _host_port(endpoint.host, port))
     return port
 
@@ -293,7 +256,7 @@ async def run_embedded(
                 endpoint = LogEndpoint(
                     data_dir, agent.resolve_pod, tls=tls, host=node_ip, port=config.kubelet_port
                 )
-                options.kubelet_port = await start_endpoint(nursery, endpoint, "server")
+                options.kubelet_port = await start_endpoint(nursery, endpoint)
                 api.certs.on_reload(EMBEDDED_LEAF, endpoint.reload_tls)
             agent.reporter.opts.kubelet_port = options.kubelet_port
             await nursery.start(agent.run)
@@ -503,7 +466,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                             host=node_ip,
                             port=args.kubelet_port,
                         )
-                        options.kubelet_port = await start_endpoint(nursery, endpoint, "agent")
+                        options.kubelet_port = await start_endpoint(nursery, endpoint)
                         # renewed while running, through the server as at start
                         certs = CertRenewer()
                         certs.add(servingcert.leaf(cfg, args.data_dir, addresses))
@@ -524,7 +487,8 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                             log.warning("reloaded: %s", "; ".join(changes) or "nothing changed")
                             notifier.ready()
                             continue
-                        log.info("received %s: stopping (containers keep running)", signum)
+                        name = signal_name(signum)  # "SIGINT", not "2"
+                        log.info("received %s: stopping (containers keep running)", name)
                         notifier.stopping("stopping (containers keep running)")
                         nursery.cancel_scope.cancel()
                         break
@@ -595,18 +559,18 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if failure is not None:
-        print(failure, file=sys.stderr)
+        print(f"error: {failure}", file=sys.stderr)
         return 1
     return 0
 
 
-def run_agent(args: argparse.Namespace, cfg: ClientConfig) -> ListenError | None:
-    """Run the agent until it is stopped; the ListenError that stopped its start, if one did."""
+def run_agent(args: argparse.Namespace, cfg: ClientConfig) -> ListenerError | None:
+    """Run the agent until it is stopped; the ListenerError that stopped its start, if one did."""
     failure: BaseException | None = None
     try:
         trio.run(_serve, args, cfg)
-    except* ListenError as group:  # nurseries nest groups: keep the one line
+    except* ListenerError as group:  # nurseries nest groups: keep the one line
         failure = group.exceptions[0]
         while isinstance(failure, BaseExceptionGroup):
             failure = failure.exceptions[0]
-    return failure if isinstance(failure, ListenError) else None
+    return failure if isinstance(failure, ListenerError) else None

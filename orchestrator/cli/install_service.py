@@ -209,7 +209,8 @@ def main(args: argparse.Namespace) -> int:
     for cmd in commands:
         done = subprocess.run(cmd, check=False)
         if done.returncode != 0:
-            print(f"error: {' '.join(cmd)} failed (exit {done.returncode})", file=sys.stderr)
+            ended = systemd.exit_description(done.returncode)  # "killed by SIGKILL", not -9
+            print(f"error: {' '.join(cmd)} failed: it {ended}", file=sys.stderr)
             return 1
     print(f"{unit_name} enabled and started; `systemctl status {unit_name}` shows its state")
     return 0

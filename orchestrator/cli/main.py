@@ -194,6 +194,13 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     get = kvs.add_parser("get", parents=[ep])
     get.add_argument("key")
     get.add_argument("--stale", action="store_true", help="serve from the local copy")
+    get.add_argument(
+        "-o",
+        "--output",
+        choices=["text", "json"],
+        default="text",
+        help="text: the value if it is UTF-8 text; json: exact bytes (base64) and revisions",
+    )
     dele = kvs.add_parser("delete", parents=[ep])
     dele.add_argument("key")
 
@@ -369,24 +376,16 @@ def _server(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    from ..agent.service import ListenError
+    from ..listenerrors import ListenerError
     from ..serverjoin import JoinFailed
 
     failure: BaseException | None = None
-    listen: BaseException | None = None
     try:
         trio.run(serve_until_signalled, opts)
-    except* ListenError as eg:  # one line that names the flag and the port
-        listen = eg.exceptions[0]
-    except* (PermissionError, JoinFailed, trio.TooSlowError) as eg:
+    except* (ListenerError, PermissionError, JoinFailed, trio.TooSlowError) as eg:
         failure = eg.exceptions[0]
         while isinstance(failure, BaseExceptionGroup):  # nurseries nest groups
             failure = failure.exceptions[0]
-    while isinstance(listen, BaseExceptionGroup):
-        listen = listen.exceptions[0]
-    if listen is not None:
-        print(listen, file=sys.stderr)
-        return 1
     if failure is not None:
         timed_out = isinstance(failure, trio.TooSlowError)
         print(f"error: {'could not join in time' if timed_out else failure}", file=sys.stderr)
@@ -405,11 +404,13 @@ async def _client_command(args: argparse.Namespace) -> int:
                     await c.put(args.key, args.value.encode())
                     print("OK")
                 elif args.kv_command == "get":
-                    v = await c.get(args.key, linearizable=not args.stale)
-                    if v is None:
+                    from .kvget import print_value
+
+                    got = await c.get_kv(args.key, linearizable=not args.stale)
+                    if got is None:
                         print(f"error: key {args.key!r} not found", file=sys.stderr)
                         return 1
-                    print(v.decode(errors="replace"))
+                    return print_value(got, args.output, sys.stdout, sys.stderr)
                 else:
                     print("deleted" if await c.delete(args.key) else "not found")
             elif args.command == "member":

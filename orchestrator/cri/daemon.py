@@ -61,6 +61,7 @@ from typing import IO, Any, Literal
 
 import trio
 
+from ..systemd import exit_description
 from .image import BUSYBOX, PAUSE_IMAGE, build_default_images
 
 __all__ = [
@@ -439,7 +440,7 @@ state = {q(str(self.state))}
         while True:
             assert self._proc is not None
             if self._proc.poll() is not None:
-                raise self._fail(f"containerd exited with status {self._proc.returncode}")
+                raise self._fail(f"containerd {exit_description(self._proc.returncode)}")
             if self.socket.exists():
                 try:
                     result = self.ctr("version", timeout=5, check=False)

@@ -20,7 +20,6 @@ from sim.simharness import ADMIN
 from orchestrator.agent.logs import EndpointTLS, LogEndpoint
 from orchestrator.agent.service import (
     AgentConfig,
-    ListenError,
     client_config,
     embedded_node_ip,
     parse_labels,
@@ -30,6 +29,7 @@ from orchestrator.api.apiserver import ApiOptions
 from orchestrator.api.auth.pki import ensure_pki
 from orchestrator.cli.main import _build_parser
 from orchestrator.controllers.runtime.client import NODES, PODS, InProcessClient
+from orchestrator.listenerrors import ListenerError
 from orchestrator.raft.node import NodeConfig
 from orchestrator.server import Server, ServerOptions
 
@@ -157,14 +157,14 @@ async def test_a_taken_port_is_one_clear_error(tmp_path: Path) -> None:
         with trio.fail_after(10):
             try:
                 async with trio.open_nursery() as nursery:
-                    await start_endpoint(nursery, endpoint, "agent")
-            except* ListenError as group:
+                    await start_endpoint(nursery, endpoint)
+            except* ListenerError as group:
                 failures.extend(group.exceptions)
     assert len(failures) == 1
-    assert isinstance(failures[0], ListenError)
+    assert isinstance(failures[0], ListenerError)
     assert str(failures[0]) == (
-        f"orchestrator agent: --kubelet-port {port} is already in use on 127.0.0.1 "
-        "(choose another port, or 0 for any free one)"
+        f"--kubelet-port 127.0.0.1:{port}: port {port} is already in use (by another process, "
+        "or by another listener of this one); free it or choose another port with --kubelet-port"
     )
 
 
@@ -193,8 +193,9 @@ def test_server_with_a_taken_kubelet_port_exits_with_one_line(tmp_path: Path) ->
         res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 1, res.stderr[-3000:]
     expected = (
-        f"orchestrator server: --kubelet-port {port} is already in use on 127.0.0.1 "
-        "(choose another port, or 0 for any free one)"
+        f"error: --kubelet-port 127.0.0.1:{port}: port {port} is already in use (by another "
+        "process, or by another listener of this one); free it or choose another port with "
+        "--kubelet-port"
     )
     lines = res.stderr.splitlines()
     assert lines[-1] == expected, res.stderr[-3000:]

@@ -45,11 +45,15 @@ connection's `TCPServer` also ends as soon as it has closed its stream (`_EndOnC
 a reader that read the client's next request before the current response cycle ended waits
 (h11 PAUSED) for a new cycle that a closing connection never starts, so it would hold the stop
 until the timeout (and, outside a stop, leak the connection's task).
+
+Logging: hypercorn's error log goes through the process's handlers (`orchestrator.logsetup`),
+not through the stderr handler of its own hypercorn adds by default; no access log is kept.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import ssl
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
@@ -237,6 +241,8 @@ async def serve(
     first resolved address is bound, so there is one port to report.
     """
     config = config or Config()
+    if config.errorlog == "-":  # hypercorn's default adds its own stderr handler beside ours
+        config.errorlog = logging.getLogger("hypercorn.error")  # so: through the root's
     listeners: list[trio.SocketListener] = await trio.open_tcp_listeners(
         port, host=host, backlog=config.backlog
     )
