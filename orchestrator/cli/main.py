@@ -270,8 +270,11 @@ def _server(args: argparse.Namespace) -> int:
                 "its client address HOST:PORT goes to --join)"
             )
     joining = args.join is not None or bool(servers)
-    if args.join and not args.token:
-        raise SystemExit("error: --join URL needs --token (or ORCHESTRATOR_TOKEN)")
+    if args.join is not None and not args.token and not (args.data_dir / "token").exists():
+        raise SystemExit(
+            "error: --join needs --token (or ORCHESTRATOR_TOKEN): the cluster's token, from "
+            "which the servers' certificate authority is derived"
+        )
     if (
         args.initial_cluster
         and len(args.initial_cluster) > 1
@@ -289,6 +292,18 @@ def _server(args: argparse.Namespace) -> int:
         given = parse_token(args.token) if args.token else None
     except ValueError as exc:
         raise SystemExit(f"error: --token: {exc}") from None
+    if (
+        given is not None
+        and not joining
+        and args.initial_cluster
+        and not (args.data_dir / "pki" / "ca.crt").exists()
+    ):
+        from ..api.auth.peercerts import check_founder_token
+
+        try:  # the new cluster's CA is derived from the token: a weak one could be guessed
+            check_founder_token(given.credentials, len(args.initial_cluster))
+        except ValueError as exc:
+            raise SystemExit(f"error: --token: {exc}") from None
     token = cluster_token(args.data_dir, given.credentials if given else None)
     founders: dict[int, str] = {}
     if not joining:

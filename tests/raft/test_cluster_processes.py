@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 import pytest
 import trio
-from cluster import Cluster, check_reads, raw_request
+from cluster import Cluster, admin_tls, check_reads, raw_request
 
 from orchestrator.raft.codec import encode_message
 from orchestrator.raft.framing import FrameDecoder, encode_frame
@@ -180,7 +180,7 @@ async def test_acknowledged_writes_survive_leader_kills(tmp_path: Path) -> None:
         await cluster.wait_leader()
         acked: dict[str, bytes] = {}
         indeterminate: dict[str, bytes] = {}
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             for cycle in range(2):
                 stop = trio.Event()
                 async with trio.open_nursery() as nursery:
@@ -252,7 +252,7 @@ async def test_follower_catches_up_from_a_snapshot(tmp_path: Path) -> None:
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             await write_keys(kv, [f"early-{i}" for i in range(5)])
             before = await cluster.wait_caught_up(follower)
             cluster.kill(follower)
@@ -298,7 +298,7 @@ async def test_hostile_input_on_the_peer_port_changes_nothing(tmp_path: Path) ->
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             await write_keys(kv, ["stable-0", "stable-1"])
             terms_before = await terms(cluster)
 
@@ -369,7 +369,7 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
         cluster.start()
         leader = await cluster.wait_leader()
         founders = ",".join(cluster.endpoints)
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             early = [f"early-{i}" for i in range(20)]
             await write_keys(kv, early)
 
@@ -456,7 +456,7 @@ async def test_hostile_input_on_the_client_port_changes_nothing(tmp_path: Path) 
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             await write_keys(kv, ["stable-0", "stable-1"])
             terms_before = await terms(cluster)
             await cluster.wait_caught_up(follower)

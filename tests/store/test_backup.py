@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import trio
-from cluster import CLUSTER_TOKEN, REPO_ROOT, Cluster
+from cluster import CLUSTER_TOKEN, REPO_ROOT, Cluster, admin_tls
 
 from orchestrator.cli import status as status_cli
 from orchestrator.cli.main import main
@@ -247,7 +247,10 @@ async def test_backup_during_live_writes_restores_every_acknowledged_write(
         old.start()
         await old.wait_leader()
         backup = tmp_path / "store.bak"
-        async with StoreClient(old.endpoints) as kv, trio.open_nursery() as nursery:
+        async with (
+            StoreClient(old.endpoints, tls=admin_tls()) as kv,
+            trio.open_nursery() as nursery,
+        ):
             stop = trio.Event()
 
             async def writer(w: int) -> None:
@@ -279,7 +282,7 @@ async def test_backup_during_live_writes_restores_every_acknowledged_write(
         await _restore(backup, new)
         new.start()
         await new.wait_leader()
-        async with StoreClient(new.endpoints) as kv:
+        async with StoreClient(new.endpoints, tls=admin_tls()) as kv:
             kvs, rev, token = await kv.range("w")
             assert token is None
             assert rev >= revision
@@ -308,7 +311,7 @@ async def test_backup_during_live_writes_restores_every_acknowledged_write(
 
             await new.wait_until(promoted, within=40, what="the joiner to be promoted")
             await new.wait_caught_up(j)
-        async with StoreClient([joiner.endpoint]) as kv:
+        async with StoreClient([joiner.endpoint], tls=admin_tls()) as kv:
             probe = next(iter(expected))
             assert await kv.get(probe, linearizable=False) == expected[probe][0]
         new.check_alive()

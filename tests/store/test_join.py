@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from cluster import Cluster
+from cluster import Cluster, admin_tls
 
 from orchestrator.store.client import StoreClient
 
@@ -50,7 +50,7 @@ async def test_servers_join_with_the_token_and_are_promoted(tmp_path: Path) -> N
         token = (cluster.servers[0].data_dir / "token").read_text().strip()
         assert token.startswith("orch-")
 
-        async with StoreClient(cluster.endpoints) as client:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as client:
             await client.put("before", b"1")
 
         joined = []
@@ -84,7 +84,7 @@ async def test_servers_join_with_the_token_and_are_promoted(tmp_path: Path) -> N
         # The grown cluster no longer needs its founder.
         cluster.kill(0)
         await cluster.wait_leader(exclude=[0])
-        async with StoreClient([cluster.endpoint(i) for i in joined]) as client:
+        async with StoreClient([cluster.endpoint(i) for i in joined], tls=admin_tls()) as client:
             await client.put("after", b"2")
             assert await client.get("before") == b"1"
             assert await client.get("after") == b"2"

@@ -61,6 +61,7 @@ from .pki import (
     _general_name,
     _key_pem,
     _name,
+    _new_ca,
     _new_key,
     _san_key,
     atomic_write,
@@ -83,7 +84,9 @@ __all__ = [
     "ensure_cluster_ca",
     "ensure_peer_cert",
     "peer_client_context",
+    "peer_hosts",
     "peer_server_context",
+    "prepare",
     "server_node_id",
     "store_server_context",
 ]
@@ -170,7 +173,8 @@ def check_founder_token(token: str, founders: int) -> None:
 
 def ensure_cluster_ca(data_dir: Path, token: str) -> bool:
     """Write the token-derived CA into `DATA_DIR/pki` unless a CA is there already (never
-    replaced: module doc). Returns whether it was written. Blocking."""
+    replaced: module doc); without a token (in-process test servers) a random one. Returns
+    whether it was written. Blocking."""
     pki_dir = Path(data_dir) / "pki"
     crt, key_path = pki_dir / "ca.crt", pki_dir / "ca.key"
     if crt.exists() or key_path.exists():
@@ -180,13 +184,20 @@ def ensure_cluster_ca(data_dir: Path, token: str) -> bool:
                 "(a new CA would invalidate every issued certificate)"
             )
         return False
-    if not token:
-        raise PkiError(f"{pki_dir}: no CA and no cluster token to derive one from")
     pki_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    cert, key = derive_ca(token)
+    cert, key = derive_ca(token) if token else _new_ca(_now())
     atomic_write(key_path, _key_pem(key), 0o600)
     atomic_write(crt, _cert_pem(cert), 0o644)
     return True
+
+
+def prepare(data_dir: Path, token: str, node_id: int, addresses: list[str]) -> None:
+    """What a server needs before its store starts (module doc): the CA (kept, or derived from
+    the token), its peer certificate for the hosts of `addresses`, the admin certificate.
+    Blocking (an scrypt the first time)."""
+    ensure_cluster_ca(data_dir, token)
+    ensure_peer_cert(data_dir, node_id, peer_hosts(addresses))
+    ensure_admin_cert(data_dir)
 
 
 def ca_fingerprint(ca_pem: bytes) -> str:
