@@ -176,12 +176,9 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--plain-http", action="store_true", help=argparse.SUPPRESS)
 
     ep = argparse.ArgumentParser(add_help=False)
-    ep.add_argument(
-        "--endpoints",
-        default=DEFAULT_CLIENT,
-        help="comma-separated client addresses of the servers",
-    )
-    ep.add_argument("--timeout", type=float, default=10.0, help="seconds before giving up")
+    from . import storecreds  # --endpoints, --data-dir, --cacert/--cert/--key, --timeout
+
+    storecreds.add_options(ep)
 
     kv = sub.add_parser("kv", help="read and write the replicated key-value store")
     kvs = kv.add_subparsers(dest="kv_command", required=True)
@@ -398,10 +395,12 @@ def _server(args: argparse.Namespace) -> int:
 
 async def _client_command(args: argparse.Namespace) -> int:
     from ..store.client import StoreClient
+    from . import storecreds
 
-    endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
+    endpoints, tls, cluster = storecreds.resolve(args)
+    print(f"cluster: {cluster} (servers {', '.join(endpoints)})", file=sys.stderr, flush=True)
     with trio.fail_after(args.timeout):
-        async with StoreClient(endpoints) as c:
+        async with StoreClient(endpoints, tls=tls) as c:
             if args.command == "kv":
                 if args.kv_command == "put":
                     await c.put(args.key, args.value.encode())

@@ -116,21 +116,36 @@ def hello(node_id: int, port: int = 1) -> bytes:
     return encode_frame(msgpack.packb({"id": node_id, "addr": ["127.0.0.1", port]}))
 
 
-async def expect_closed(stream: trio.SocketStream, *, within: float = 5.0) -> None:
-    """The server closes the connection (EOF or reset) without writing anything."""
+async def expect_closed(
+    stream: trio.abc.Stream, *, within: float = 5.0, may_write: bool = False
+) -> None:
+    """The server closes the connection (EOF or reset) without writing anything (but a TLS
+    alert or a refusal frame, with `may_write`)."""
     with trio.fail_after(within):
         try:
             while True:
                 data = await stream.receive_some(65536)
                 if not data:
                     return
-                raise AssertionError(f"the peer port wrote {data!r}")
+                if not may_write:
+                    raise AssertionError(f"the peer port wrote {data!r}")
         except (trio.BrokenResourceError, ConnectionResetError):
             return
 
 
 async def open_peer(cluster: Any, i: int) -> trio.SocketStream:
     return await trio.open_tcp_stream("127.0.0.1", cluster.servers[i].peer_port)
+
+
+async def open_peer_as(cluster: Any, i: int, data_dir: Path) -> trio.SSLStream[Any]:
+    """A TLS connection to server i's peer port with the peer certificate in data_dir/pki."""
+    from pkikit import client_context
+
+    pki = data_dir / "pki"
+    ctx = client_context(data_dir, pki / "peer.crt", pki / "peer.key")
+    stream = trio.SSLStream(await open_peer(cluster, i), ctx, server_hostname=None)
+    await stream.do_handshake()
+    return stream
 
 
 async def open_client(cluster: Any, i: int) -> trio.SocketStream:
@@ -291,9 +306,12 @@ async def test_follower_catches_up_from_a_snapshot(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------- c
 async def test_hostile_input_on_the_peer_port_changes_nothing(tmp_path: Path) -> None:
-    """Garbage, oversized frames, unknown message types and vote requests from a non-member
-    with a huge term on the peer port: every server keeps running, no term jumps and writes
-    keep succeeding."""
+    """Garbage and plain TCP (no TLS), a non-member's CA-signed peer certificate, then on a
+    member's own (stolen) certificate oversized, undecodable and misrouted frames: every server
+    keeps running, no term jumps and writes keep succeeding."""
+    from cluster import CLUSTER_TOKEN
+    from pkikit import server_pki
+
     with trio.fail_after(60), Cluster(tmp_path, 3, tick_ms=100, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
@@ -302,57 +320,56 @@ async def test_hostile_input_on_the_peer_port_changes_nothing(tmp_path: Path) ->
             await write_keys(kv, ["stable-0", "stable-1"])
             terms_before = await terms(cluster)
 
-            # Streams the server must close.
+            # Streams the server must close: none of them is TLS (it may answer an alert).
             for payload in (
-                b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # "GET " read as a 1.2 GB length
-                b"\xff\xff\xff\xff" + b"\x00" * 64,  # oversized length header before any hello
-                encode_frame(b"\xc1\xc1\xc1"),  # a hello that is not msgpack
-                encode_frame(msgpack.packb([1, 2, 3])),  # a hello that is not a map
-                hello(OUTSIDER) + b"\xff\xff\xff\xff",  # oversized header after a valid hello
+                b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"\xff\xff\xff\xff" + b"\x00" * 64,
+                encode_frame(b"\xc1\xc1\xc1"),
+                hello(OUTSIDER) + b"\xff\xff\xff\xff",
             ):
                 s = await open_peer(cluster, follower)
                 async with s:
                     await s.send_all(payload)
-                    await expect_closed(s)
+                    await expect_closed(s, may_write=True)
                 await cluster.wait_ready(follower, within=5)  # raises ServerDied if it crashed
 
-            # Frames that are dropped one by one on a connection that survives,
-            # then a well-formed vote request (and a vote) from a non-member with a huge term,
-            # to every server.
-            bad_frames = [
-                msgpack.packb("just a string"),
-                msgpack.packb([1, 2, 3]),  # wrong arity
-                msgpack.packb([999, 1, OUTSIDER, 1, 0, 0, [], 0, False, 0, None, b""]),  # type 999
-                msgpack.packb([1, 1, OUTSIDER, -5, 0, 0, [], 0, False, 0, None, b""]),  # bad term
-                b"\xc1",  # not msgpack
-            ]
+            # A non-member with a certificate of this cluster's CA, calling with a huge term:
+            # refused after its hello, nothing reaches Raft.
+            outsider = tmp_path / "outsider"
+            server_pki(outsider, OUTSIDER, CLUSTER_TOKEN)
             for i in range(3):
                 me = cluster.node_id(i)
-                votes = [
-                    Message(
-                        MsgType.PRE_VOTE,
-                        me,
-                        OUTSIDER,
-                        HUGE_TERM,
-                        log_term=HUGE_TERM,
-                        index=HUGE_TERM,
-                    ),
-                    Message(
-                        MsgType.VOTE, me, OUTSIDER, HUGE_TERM, log_term=HUGE_TERM, index=HUGE_TERM
-                    ),
-                ]
-                s = await open_peer(cluster, i)
-                async with s:
-                    await s.send_all(
-                        hello(OUTSIDER)
-                        + b"".join(encode_frame(f) for f in bad_frames)
-                        + b"".join(encode_frame(encode_message(m)) for m in votes)
-                    )
-                    # The votes came after the bad frames on the same connection: seeing them
-                    # dropped proves the connection survived the bad frames.
-                    await wait_for_log(cluster, i, f"dropped VOTE from non-member {OUTSIDER}")
-                assert f"dropped PRE_VOTE from non-member {OUTSIDER}" in cluster.log_text(i)
-                assert "dropping undecodable frame" in cluster.log_text(i)
+                vote = Message(
+                    MsgType.VOTE, me, OUTSIDER, HUGE_TERM, log_term=HUGE_TERM, index=HUGE_TERM
+                )
+                s2 = await open_peer_as(cluster, i, outsider)
+                async with s2:
+                    await s2.send_all(hello(OUTSIDER) + encode_frame(encode_message(vote)))
+                    await expect_closed(s2, may_write=True)
+                await wait_for_log(cluster, i, f"node {OUTSIDER} is not a member")
+
+            # Bad frames on a member's certificate: dropped one by one on a connection that
+            # survives (the misrouted message after them is seen; at most 5 complaints per
+            # connection are logged at WARNING).
+            bad_frames = [
+                msgpack.packb("just a string"),
+                msgpack.packb([999, 1, 2, 1, 0, 0, [], 0, False, 0, None, b""]),  # type 999
+                msgpack.packb([1, 1, 2, -5, 0, 0, [], 0, False, 0, None, b""]),  # bad term
+                b"\xc1",  # not msgpack
+            ]
+            i = follower
+            j = (follower + 1) % 3
+            member = cluster.servers[j].data_dir
+            misrouted = Message(MsgType.HEARTBEAT, OUTSIDER, cluster.node_id(j), 1)
+            s3 = await open_peer_as(cluster, i, member)
+            async with s3:
+                await s3.send_all(
+                    hello(cluster.node_id(j))
+                    + b"".join(encode_frame(f) for f in bad_frames)
+                    + encode_frame(encode_message(misrouted))
+                )
+                await wait_for_log(cluster, i, "dropping HEARTBEAT from")
+            assert "dropping undecodable frame" in cluster.log_text(i)
             cluster.check_alive()
             assert await terms(cluster) == terms_before
             await write_keys(kv, ["after-peer-garbage"])
@@ -373,6 +390,7 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
             early = [f"early-{i}" for i in range(20)]
             await write_keys(kv, early)
 
+            admin_dir = str(cluster.servers[0].data_dir)  # its admin certificate, for the CLI
             new = cluster.add_server(join=True)
             new_id = cluster.node_id(new)
             st = await cluster.wait_ready(new)
@@ -384,6 +402,8 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
                 "add-learner",
                 str(new_id),
                 cluster.peer_addr(new),
+                "--data-dir",
+                str(cluster.servers[0].data_dir),
                 "--endpoints",
                 founders,
             )
@@ -395,7 +415,9 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
                 kv, {k: value_for(k) for k in early}, {}, stale_endpoint=cluster.endpoint(new)
             )
 
-            await cli("member", "promote", str(new_id), "--endpoints", founders)
+            await cli(
+                "member", "promote", str(new_id), "--data-dir", admin_dir, "--endpoints", founders
+            )
 
             async def voters_are(expected: list[int]) -> bool:
                 lead = await cluster.leader_index()
@@ -413,7 +435,13 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
             victim = next(i for i in range(3) if i != leader)
             victim_id = cluster.node_id(victim)
             await cli(
-                "member", "remove", str(victim_id), "--endpoints", ",".join(cluster.endpoints)
+                "member",
+                "remove",
+                str(victim_id),
+                "--data-dir",
+                admin_dir,
+                "--endpoints",
+                ",".join(cluster.endpoints),
             )
             remaining = sorted({1, 2, 3, new_id} - {victim_id})
             await cluster.wait_until(
@@ -429,7 +457,9 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
             live = [cluster.endpoint(i) for i in cluster.running()]
             for i in cluster.running():
                 await cluster.wait_caught_up(i)
-            out = await cli("status", "--endpoints", ",".join(live), "-o", "json")
+            out = await cli(
+                "status", "--data-dir", admin_dir, "--endpoints", ",".join(live), "-o", "json"
+            )
             report = json.loads(out)
             assert set(report) == set(live)
             for ep, st in report.items():
