@@ -70,7 +70,14 @@ from .codec import CodecError, decode_message, encode_message
 from .framing import MAX_FRAME, FrameDecoder, FramingError, encode_frame
 from .types import Message, NodeId
 
-__all__ = ["Address", "FaultInjector", "PeerTLS", "PeerTransport", "TransportStatistics"]
+__all__ = [
+    "Address",
+    "FaultInjector",
+    "PeerTLS",
+    "PeerTransport",
+    "TransportStatistics",
+    "flush_tls_alert",
+]
 
 log = logging.getLogger("orchestrator.raft.transport")
 
@@ -768,6 +775,8 @@ class PeerTransport:
         )
         if handshake_done:  # a CA-signed certificate, but not a server's: say so
             await self._send_refusal(stream, why)
+        else:  # the TLS alert saying why, which trio leaves unsent (see flush_tls_alert)
+            await flush_tls_alert(stream)
         return False
 
     async def _send_refusal(self, stream: trio.abc.Stream, why: str) -> None:
@@ -924,6 +933,21 @@ def _parse_hello(payload: bytes) -> tuple[NodeId, Address] | str:
     if not isinstance(host, str) or type(port) is not int or not 0 < port < 65536:
         return f"bad addr {addr!r}"
     return node_id, (host, port)
+
+
+async def flush_tls_alert(stream: trio.SSLStream[trio.SocketStream]) -> None:
+    """Send what a failed handshake left in the TLS engine's outgoing buffer (the alert that
+    tells the client why), which trio drops when the handshake raises: without it a client
+    cannot tell "your certificate is refused" from a crashed server. Best effort, briefly.
+    Relies on trio.SSLStream's `_outgoing` MemoryBIO (checked: trio 0.35); without it, no-op."""
+    outgoing = getattr(stream, "_outgoing", None)
+    if not isinstance(outgoing, ssl.MemoryBIO) or not outgoing.pending:
+        return
+    with (
+        trio.move_on_after(1.0),
+        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+    ):
+        await stream.transport_stream.send_all(outgoing.read())
 
 
 def _tls_refusal(exc: BaseException) -> bool:

@@ -299,7 +299,15 @@ class StoreClient:
     async def __aexit__(self, *exc: object) -> bool | None:
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
-        return await self._cm.__aexit__(*exc)  # type: ignore[arg-type]  # passes through
+        try:
+            return await self._cm.__aexit__(*exc)  # type: ignore[arg-type]  # passes through
+        except BaseExceptionGroup as group:
+            # The caller's own error (TLSRefused, Indeterminate, ...) comes out as itself, not
+            # wrapped in the group of our connection tasks' nursery, which only cancelled.
+            error = exc[1]
+            if isinstance(error, BaseException) and group.exceptions == (error,):
+                raise error from None
+            raise
 
     # ------------------------------------------------------------------ operations
     async def put(self, key: str, value: bytes) -> bool:

@@ -53,6 +53,7 @@ import msgpack
 import trio
 
 from ..raft.framing import FrameDecoder, FramingError, encode_frame
+from ..raft.transport import flush_tls_alert
 from ..raft.node import (
     Busy,
     InvalidRequest,
@@ -249,6 +250,7 @@ class ClientService:
             why = f"TLS handshake failed: {_cause(exc)}"
         if why:
             self._refuse(sock, why)
+            await flush_tls_alert(stream)
             await trio.aclose_forcefully(stream)
             return
         await self._serve_stream(stream)

@@ -148,11 +148,15 @@ async def open_peer_as(cluster: Any, i: int, data_dir: Path) -> trio.SSLStream[A
     return stream
 
 
-async def open_client(cluster: Any, i: int) -> trio.SocketStream:
-    return await trio.open_tcp_stream("127.0.0.1", cluster.servers[i].client_port)
+async def open_client(cluster: Any, i: int) -> trio.SSLStream[trio.SocketStream]:
+    """An admin's TLS connection to server i's client port (handshake done)."""
+    sock = await trio.open_tcp_stream("127.0.0.1", cluster.servers[i].client_port)
+    stream = trio.SSLStream(sock, admin_tls(), server_hostname=None)
+    await stream.do_handshake()
+    return stream
 
 
-async def read_responses(stream: trio.SocketStream, count: int) -> list[list[Any]]:
+async def read_responses(stream: trio.abc.Stream, count: int) -> list[list[Any]]:
     """Read `count` response frames (fewer if the server closes the connection)."""
     decoder = FrameDecoder(64 << 20)
     out: list[list[Any]] = []
@@ -543,9 +547,10 @@ async def test_hostile_input_on_the_client_port_changes_nothing(tmp_path: Path) 
 
             # A client that resets its connection (SO_LINGER 0) with a request in flight.
             s = await open_client(cluster, follower)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            raw = s.transport_stream
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             await s.send_all(encode_frame(msgpack.packb([1, "status", []])))
-            s.socket.close()  # RST instead of FIN
+            raw.socket.close()  # RST instead of FIN
             # Its answer is lost; the next client is served as usual.
             await cluster.wait_ready(follower, within=5)
 
@@ -570,13 +575,21 @@ async def test_heartbeat_from_a_non_member_does_not_raise_the_term(tmp_path: Pat
         follower = (leader + 1) % 3
         before = await terms(cluster)
         beat = Message(MsgType.HEARTBEAT, cluster.node_id(follower), OUTSIDER, HUGE_TERM)
-        s = await open_peer(cluster, follower)
+        from cluster import CLUSTER_TOKEN
+        from pkikit import server_pki
+
+        server_pki(tmp_path / "outsider", OUTSIDER, CLUSTER_TOKEN)  # the cluster CA's, even
+        s = await open_peer_as(cluster, follower, tmp_path / "outsider")
         async with s:
             await s.send_all(hello(OUTSIDER) + encode_frame(encode_message(beat)))
 
-            async def handled() -> bool:  # dropped (the fix) or obeyed (the bug)
+            async def handled() -> bool:  # refused (mTLS), dropped (the fix) or obeyed (the bug)
                 text = cluster.log_text(follower)
-                return f"from non-member {OUTSIDER}" in text or f"leader is now {OUTSIDER}" in text
+                return (
+                    f"node {OUTSIDER} is not a member" in text
+                    or f"from non-member {OUTSIDER}" in text
+                    or f"leader is now {OUTSIDER}" in text
+                )
 
             await cluster.wait_until(handled, within=5, what="the heartbeat to be handled")
         assert await terms(cluster) == before
@@ -587,10 +600,12 @@ async def test_a_term_beyond_64_bits_does_not_crash_the_server(tmp_path: Path) -
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        beat = Message(MsgType.HEARTBEAT, cluster.node_id(follower), OUTSIDER, 2**63)
-        s = await open_peer(cluster, follower)
+        member = (follower + 1) % 3  # on a member's certificate: non-members are refused
+        sender = cluster.node_id(member)
+        beat = Message(MsgType.HEARTBEAT, cluster.node_id(follower), sender, 2**63)
+        s = await open_peer_as(cluster, follower, cluster.servers[member].data_dir)
         async with s:
-            await s.send_all(hello(OUTSIDER) + encode_frame(encode_message(beat)))
+            await s.send_all(hello(sender) + encode_frame(encode_message(beat)))
             # Refused at decoding: terms and indexes must fit SQLite's signed 64-bit INTEGER.
             await wait_for_log(cluster, follower, "dropping undecodable frame", within=3)
         await cluster.wait_leader()
