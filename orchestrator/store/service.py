@@ -53,7 +53,6 @@ import msgpack
 import trio
 
 from ..raft.framing import FrameDecoder, FramingError, encode_frame
-from ..raft.transport import flush_tls_alert
 from ..raft.node import (
     Busy,
     InvalidRequest,
@@ -67,6 +66,7 @@ from ..raft.node import (
     promote_change,
     remove_change,
 )
+from ..raft.transport import flush_tls_alert
 from .mvcc import SCHEMA_VERSION
 from .raftstore import RaftStore
 from .types import (
