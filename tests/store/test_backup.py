@@ -270,7 +270,13 @@ async def test_backup_during_live_writes_restores_every_acknowledged_write(
             await old.wait_until(lambda: written(300), within=30, what="300 writes")
             acked_before_backup.update(acked)
             out = await _orchestrator(
-                "backup", "--out", str(backup), "--endpoints", ",".join(old.endpoints)
+                "backup",
+                "--out",
+                str(backup),
+                "--data-dir",
+                str(old.servers[0].data_dir),
+                "--endpoints",
+                ",".join(old.endpoints),
             )
             more = len(acked_before_backup) + 300  # writes kept flowing during the backup
             await old.wait_until(lambda: written(more), within=30, what="more writes")
@@ -356,7 +362,15 @@ async def test_api_objects_survive_the_round_trip(tmp_path: Path) -> None:
             pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
             await c.create(PODS, pod)
         backup = tmp_path / "api.bak"
-        await _orchestrator("backup", "--out", str(backup), "--endpoints", old.endpoint(0))
+        await _orchestrator(
+            "backup",
+            "--out",
+            str(backup),
+            "--data-dir",
+            str(old.servers[0].data_dir),
+            "--endpoints",
+            old.endpoint(0),
+        )
         old.stop_all()  # the old cluster is gone
 
         # A wrong --token is refused by restore itself ...

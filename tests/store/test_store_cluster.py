@@ -559,6 +559,8 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
                 "-m",
                 "orchestrator",
                 "status",
+                "--data-dir",
+                str(cluster.servers[0].data_dir),
                 "--endpoints",
                 ",".join(cluster.endpoints),
                 "-o",
