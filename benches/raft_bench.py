@@ -46,7 +46,10 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     latencies: list[float] = []
     ok_in_window = 0
     errors = 0
-    async with StoreClient(endpoints) as kv:
+    from orchestrator.store.client import ClientTLS
+
+    # The servers' client port requires mutual TLS: a server's admin certificate.
+    async with StoreClient(endpoints, tls=ClientTLS.from_data_dir(args.tls_dir)) as kv:
         # Connect and find the leader before the window opens.
         with trio.fail_after(30):
             await kv.put(f"{args.prefix}-warmup", value)
@@ -88,6 +91,7 @@ def worker_main(argv: list[str]) -> int:
     ap.add_argument("--start-at", type=float, required=True)
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--tls-dir", required=True, help="a server's data dir (its admin cert)")
     args = ap.parse_args(argv)
     result = trio.run(_worker, args)
     json.dump(result, sys.stdout)
@@ -134,6 +138,8 @@ def run_point(
             f"s{n_servers}c{concurrency}p{p}",
             "--value-bytes",
             str(args.value_bytes),
+            "--tls-dir",
+            str(cluster.servers[0].data_dir),
         ]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE))
     # Server CPU is sampled around the window (the clients warm up before start_at).

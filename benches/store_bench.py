@@ -14,6 +14,13 @@ the first server that answers; a follower would forward every write to the leade
 watcher process (its own `StoreClient.watch` on the prefix, connected to a follower when there is
 one, else to the only server) receives every event.
 
+TLS on both sides, on equal terms: our servers run mutual TLS on their peer and client ports (as
+every server does), and the writers and the watcher connect with the admin certificate of the
+cluster (`--tls-dir`: a data dir whose `pki/` holds ca.crt and admin.crt/key). etcd runs with
+TLS on its peer and client URLs and client certificates required on both
+(`--peer-client-cert-auth --client-cert-auth`), certificates from a CA made by the bench in the
+same layout, and its grpc and http clients present a client certificate.
+
 etcd (`--vs-etcd`): a 3-member cluster of the system's `etcd` binary (data dirs in the temp dir,
 loopback ports, default settings: WAL fsync on, 100 ms heartbeat, 1 s election) is loaded with the
 same pattern, writers talking to the leader, the watcher to a follower, through one of:
@@ -67,6 +74,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -184,20 +192,24 @@ def _watch_response_stamps(msg: bytes) -> tuple[bool, list[float]]:
 class _Http:
     """A minimal HTTP/1.1 keep-alive client connection on trio (one request at a time)."""
 
-    def __init__(self, stream: trio.SocketStream, host: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, host: str) -> None:
         self.stream = stream
         self.host = host.encode()
         self.buf = b""
 
     @classmethod
-    async def connect(cls, endpoint: str) -> _Http:
+    async def connect(cls, endpoint: str, tls: ssl.SSLContext) -> _Http:
         host, _, port = endpoint.rpartition(":")
-        return cls(await trio.open_tcp_stream(host, int(port)), host)
+        sock = await trio.open_tcp_stream(host, int(port))
+        stream = trio.SSLStream(sock, tls, server_hostname=None)
+        await stream.do_handshake()
+        return cls(stream, host)
 
     async def _fill(self) -> None:
         data = await self.stream.receive_some(65536)
         if not data:
             raise ConnectionResetError("server closed the connection")
+        data = bytes(data)
         self.buf += data
 
     async def send(self, path: str, body: bytes) -> None:
@@ -315,13 +327,40 @@ class _WatchTally:
         }
 
 
+def _client_tls(args: argparse.Namespace) -> ssl.SSLContext:
+    """The admin client context of `--tls-dir` (TLS 1.3, server verified against the CA)."""
+    from orchestrator.store.client import ClientTLS
+
+    return ClientTLS.from_data_dir(args.tls_dir).context()
+
+
+def _client_tls_any(args: argparse.Namespace) -> ssl.SSLContext:
+    """`_client_tls` for etcd's HTTP gateway: ALPN http/1.1 (its port also serves gRPC over
+    HTTP/2), TLS 1.2 allowed (etcd picks 1.3 anyway when offered)."""
+    ctx = _client_tls(args)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
+def _grpc_credentials(args: argparse.Namespace) -> Any:
+    import grpc
+
+    pki = Path(args.tls_dir) / "pki"
+    return grpc.ssl_channel_credentials(
+        root_certificates=(pki / "ca.crt").read_bytes(),
+        private_key=(pki / "admin.key").read_bytes(),
+        certificate_chain=(pki / "admin.crt").read_bytes(),
+    )
+
+
 async def _ours_put(args: argparse.Namespace) -> dict[str, Any]:
     from orchestrator.store.client import ClientError, StoreClient
     from orchestrator.store.types import StoreError
 
     pad = _pad(args.value_bytes)
     tally = _Tally(args.start_at, args.duration)
-    async with StoreClient(args.endpoints.split(",")) as kv:
+    async with StoreClient(args.endpoints.split(","), tls=_client_tls(args)) as kv:
         with trio.fail_after(30):  # connect and find the leader before the window opens
             await kv.put(f"{args.prefix}warmup", _stamp()[1] + pad)
         await trio.sleep(max(0.0, args.start_at - time.monotonic()))
@@ -350,7 +389,7 @@ async def _ours_watch(args: argparse.Namespace) -> dict[str, Any]:
     from orchestrator.store.client import StoreClient
 
     tally = _WatchTally(args.start_at, args.duration)
-    async with StoreClient(args.endpoints.split(",")) as kv:
+    async with StoreClient(args.endpoints.split(","), tls=_client_tls(args)) as kv:
         with trio.move_on_after(args.start_at + args.duration + args.grace - time.monotonic()):
             async for events, _rev in kv.watch(args.prefix):
                 tally.seen([float(e.kv.value[: STAMP_LEN - 1]) for e in events])
@@ -370,8 +409,9 @@ async def _etcd_http_put(args: argparse.Namespace) -> dict[str, Any]:
         )
 
     conns = []
+    tls = _client_tls_any(args)
     for _ in range(args.tasks):
-        conn = await _Http.connect(endpoint)
+        conn = await _Http.connect(endpoint, tls)
         status, data = await conn.post("/v3/kv/put", body(f"{args.prefix}warmup", _stamp()[1]))
         if status != 200:
             raise RuntimeError(f"etcd gateway answered {status}: {data[:200]!r}")
@@ -389,7 +429,7 @@ async def _etcd_http_put(args: argparse.Namespace) -> dict[str, Any]:
                 status, data = await conn.post("/v3/kv/put", body(key, stamp))
             except OSError as exc:
                 tally.error(exc)
-                conn = await _Http.connect(endpoint)
+                conn = await _Http.connect(endpoint, _client_tls_any(args))
                 continue
             if status != 200:
                 tally.error(RuntimeError(f"HTTP {status}: {data[:200]!r}"))
@@ -413,7 +453,7 @@ async def _etcd_http_watch(args: argparse.Namespace) -> dict[str, Any]:
             }
         }
     ).encode()
-    conn = await _Http.connect(args.endpoints.split(",")[0])
+    conn = await _Http.connect(args.endpoints.split(",")[0], _client_tls_any(args))
     with trio.move_on_after(args.start_at + args.duration + args.grace - time.monotonic()):
         await conn.send("/v3/watch", req)
         status, chunked, _ = await conn.head()
@@ -445,7 +485,9 @@ async def _etcd_grpc_put(args: argparse.Namespace) -> dict[str, Any]:
 
     pad = _pad(args.value_bytes)
     tally = _Tally(args.start_at, args.duration)
-    async with grpc.aio.insecure_channel(args.endpoints.split(",")[0]) as channel:
+    async with grpc.aio.secure_channel(
+        args.endpoints.split(",")[0], _grpc_credentials(args)
+    ) as channel:
         put = channel.unary_unary("/etcdserverpb.KV/Put")  # raw bytes in and out
 
         def request(key: str, stamp: bytes) -> bytes:  # PutRequest{key=1, value=2}
@@ -481,7 +523,9 @@ async def _etcd_grpc_watch(args: argparse.Namespace) -> dict[str, Any]:
     prefix = args.prefix.encode()
     # WatchRequest{create_request=1: WatchCreateRequest{key=1, range_end=2}}
     create = _pb_len(1, _pb_len(1, prefix) + _pb_len(2, _prefix_end(prefix)))
-    async with grpc.aio.insecure_channel(args.endpoints.split(",")[0]) as channel:
+    async with grpc.aio.secure_channel(
+        args.endpoints.split(",")[0], _grpc_credentials(args)
+    ) as channel:
         call = channel.stream_stream("/etcdserverpb.Watch/Watch")()
         await call.write(create)
 
@@ -523,6 +567,7 @@ def worker_main(argv: list[str]) -> int:
     ap.add_argument("--grace", type=float, default=0.0)
     ap.add_argument("--prefix", required=True)
     ap.add_argument("--value-bytes", type=int, default=1024)
+    ap.add_argument("--tls-dir", required=True, help="a data dir: pki/ca.crt, admin.crt/key")
     args = ap.parse_args(argv)
     loop, fn = WORKERS[args.worker]
     if loop == "trio":
@@ -550,15 +595,53 @@ class EtcdCluster:
         self.client_ports = ports[1::2]
         self.peer_ports = ports[0::2]
         self.initial = ",".join(
-            f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports, strict=True)
+            f"{n}=https://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports, strict=True)
         )
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.tls_dir = root / "tls"  # pki/: ca.crt, peer.crt/key (members), admin.crt/key
+        self._tls: ssl.SSLContext | None = None
+
+    def _make_pki(self) -> None:
+        """A CA of the bench's own, one certificate for every member (serverAuth and
+        clientAuth, SAN 127.0.0.1: used on the client and the peer URLs) and a client one."""
+        from orchestrator.api.auth.peercerts import (
+            ensure_admin_cert,
+            ensure_cluster_ca,
+            ensure_peer_cert,
+        )
+
+        ensure_cluster_ca(self.tls_dir, "")  # a random CA
+        ensure_peer_cert(self.tls_dir, 1, ["127.0.0.1"])
+        ensure_admin_cert(self.tls_dir)
+        from orchestrator.store.client import ClientTLS
+
+        ctx = ClientTLS.from_data_dir(self.tls_dir).context()
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._tls = ctx
 
     @property
     def endpoints(self) -> list[str]:
         return [f"127.0.0.1:{p}" for p in self.client_ports]
 
     def __enter__(self) -> EtcdCluster:
+        self._make_pki()
+        pki = self.tls_dir / "pki"
+        tls_args = [
+            "--cert-file",
+            str(pki / "peer.crt"),
+            "--key-file",
+            str(pki / "peer.key"),
+            "--trusted-ca-file",
+            str(pki / "ca.crt"),
+            "--client-cert-auth",
+            "--peer-cert-file",
+            str(pki / "peer.crt"),
+            "--peer-key-file",
+            str(pki / "peer.key"),
+            "--peer-trusted-ca-file",
+            str(pki / "ca.crt"),
+            "--peer-client-cert-auth",
+        ]
         for name, cport, pport in zip(self.names, self.client_ports, self.peer_ports, strict=True):
             data = self.root / name
             data.mkdir(parents=True, exist_ok=True)
@@ -569,13 +652,13 @@ class EtcdCluster:
                 "--data-dir",
                 str(data / "data"),
                 "--listen-client-urls",
-                f"http://127.0.0.1:{cport}",
+                f"https://127.0.0.1:{cport}",
                 "--advertise-client-urls",
-                f"http://127.0.0.1:{cport}",
+                f"https://127.0.0.1:{cport}",
                 "--listen-peer-urls",
-                f"http://127.0.0.1:{pport}",
+                f"https://127.0.0.1:{pport}",
                 "--initial-advertise-peer-urls",
-                f"http://127.0.0.1:{pport}",
+                f"https://127.0.0.1:{pport}",
                 "--initial-cluster",
                 self.initial,
                 "--initial-cluster-state",
@@ -586,6 +669,7 @@ class EtcdCluster:
                 "zap",
                 "--log-level",
                 "warn",
+                *tls_args,
             ]
             with open(data / "etcd.log", "ab") as logf:
                 self.procs.append(
@@ -614,10 +698,10 @@ class EtcdCluster:
 
     def status(self, i: int) -> dict[str, Any] | None:
         req = urllib.request.Request(
-            f"http://{self.endpoints[i]}/v3/maintenance/status", data=b"{}", method="POST"
+            f"https://{self.endpoints[i]}/v3/maintenance/status", data=b"{}", method="POST"
         )
         try:
-            with urllib.request.urlopen(req, timeout=2) as resp:
+            with urllib.request.urlopen(req, timeout=2, context=self._tls) as resp:
                 return json.loads(resp.read())
         except (OSError, urllib.error.URLError, ValueError):
             return None
@@ -680,6 +764,7 @@ def _spawn(
     prefix: str,
     start_at: float,
     args: argparse.Namespace,
+    tls_dir: Path,
 ) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
@@ -700,6 +785,8 @@ def _spawn(
         prefix,
         "--value-bytes",
         str(args.value_bytes),
+        "--tls-dir",
+        str(tls_dir),
     ]
     return subprocess.Popen(argv, stdout=subprocess.PIPE)
 
@@ -720,6 +807,7 @@ def run_point(
     watch_endpoint: str | None,
     server_pids: list[int],
     args: argparse.Namespace,
+    tls_dir: Path,
     profile_pid: int | None = None,
 ) -> dict[str, Any]:
     idle_busy = wait_quiet(args.quiet_wait) if args.quiet_wait > 0 else 0.0
@@ -729,7 +817,7 @@ def run_point(
     kind = "ours" if system == "ours" else f"etcd-{client}"
     watcher = None
     if watch_endpoint is not None:
-        watcher = _spawn(f"{kind}-watch", [watch_endpoint], 1, prefix, start_at, args)
+        watcher = _spawn(f"{kind}-watch", [watch_endpoint], 1, prefix, start_at, args, tls_dir)
     # write_endpoints lists the leader first: "leader" sends every writer there, "spread"
     # starts writer process p at member p (a follower forwards the write to the leader).
     rot = [
@@ -739,7 +827,7 @@ def run_point(
         for p in range(len(shares))
     ]
     writers = [
-        _spawn(f"{kind}-put", rot[p], share, f"{prefix}p{p}-", start_at, args)
+        _spawn(f"{kind}-put", rot[p], share, f"{prefix}p{p}-", start_at, args, tls_dir)
         for p, share in enumerate(shares)
     ]
     # Server CPU is sampled around the window (the clients warm up before start_at).
@@ -856,6 +944,7 @@ class _OursTarget:
             None if args.no_watch else cl.endpoint(self.follower),
             [cl.pid(i) for i in cl.running()],
             args,
+            cl.servers[0].data_dir,  # its admin certificate
             profile_pid=cl.pid(self._profiled(args)) if profile else None,
         )
         cl.check_alive()
@@ -889,6 +978,7 @@ class _EtcdTarget:
             None if args.no_watch else e.endpoints[self.follower],
             e.pids(),
             args,
+            e.tls_dir,
         )
         if e.wait_leader() != self.leader:
             print("# note: the etcd leader changed during this point", flush=True)

@@ -1,5 +1,13 @@
 """Assembles one server process: the Raft node, the MVCC store on it, and the client port.
 
+Before the store starts (`Server.run`), the server makes sure of its store credentials in
+`DATA_DIR/pki` (`api.auth.peercerts`): the cluster CA (kept; on a first start derived from the
+cluster token, or, joining with `--server URL`, adopted from the cluster's sealed bundle fetched
+through that API), its peer certificate and the admin client certificate. The Raft peer port and
+the client port then run mutual TLS with them; `certs` renews both leaves while running and hot-
+swaps the peer certificate into both ports' contexts. The bound client address is written to
+`DATA_DIR/client-address` (`orchestrator kv|member|status --data-dir` talk to it).
+
 Runs until cancelled or until SIGTERM/SIGINT, then stops in order (`shut_down`):
 
 1. STOPPING=1; drain (`Server.drain`, bounded by `ServerOptions.drain_timeout`): the Kubernetes
@@ -26,6 +34,7 @@ import gc
 import logging
 import secrets
 import signal
+import ssl
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -36,6 +45,9 @@ import trio
 from .agent.service import AgentConfig, run_embedded
 from .api.apiendpoints import ApiEndpointsPublisher
 from .api.apiserver import DRAIN_TIMEOUT, ApiOptions, ApiServer
+from .api.auth import peercerts
+from .api.auth.renewal import CertRenewer, Leaf, RenewalConfig, in_thread
+from .api.auth.tls import ReloadableContext
 from .api.members import MemberDirectory, client_address
 from .controllers.registry import default_controllers
 from .controllers.runtime.manager import ControllerManager, ControllerOptions
@@ -43,9 +55,10 @@ from .listenerrors import naming_listener
 from .memory import trim_heap, trim_task
 from .raft.node import NodeConfig, RaftError, RaftNode
 from .raft.statemachine import StateMachine
+from .raft.transport import PeerTLS
 from .store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
 from .store.raftstore import CompactionPolicy, RaftStore
-from .store.service import ClientService
+from .store.service import ClientService, ServiceTLS
 from .systemd import Notifier, reload_log_level, signal_name, watchdog_task
 
 log = logging.getLogger("orchestrator.server")
@@ -53,6 +66,7 @@ log = logging.getLogger("orchestrator.server")
 
 TOKEN_FILE = "token"
 NODE_ID_FILE = "node-id"
+CLIENT_ADDRESS_FILE = "client-address"  # HOST:PORT of this server's client port, for the CLI
 JOIN_TIMEOUT = 60.0  # seconds a joining server keeps asking before it gives up
 HANDOVER_TIMEOUT = 2.0  # seconds a stopping leader tries to hand leadership over
 
@@ -73,6 +87,7 @@ class ServerOptions:
     controller_options: ControllerOptions = field(default_factory=ControllerOptions)
     agent: AgentConfig | None = None  # the embedded node agent (needs the API); None: none
     drain_timeout: float = DRAIN_TIMEOUT  # seconds a stopping server lets requests finish
+    cert_renewal: RenewalConfig = field(default_factory=RenewalConfig)  # peer and admin certs
 
 
 def node_identity(data_dir: Path, requested: int | None, *, joining: bool) -> int:
@@ -113,9 +128,21 @@ def open_store(data_dir: Path, *, quota_bytes: int) -> StateMachine:
 class Server:
     def __init__(self, opts: ServerOptions) -> None:
         self.opts = opts
+        # The peer certificate's contexts, built by `run` before the store starts (module doc).
+        self._peer_server: ReloadableContext | None = None
+        self._peer_client: ReloadableContext | None = None
+        self.certs = CertRenewer(opts.cert_renewal)  # the store's leaves: peer, admin
+        opts.node.peer_tls = PeerTLS(
+            self._server_context, self._client_context, peercerts.server_node_id
+        )
         self.node = RaftNode(opts.node, partial(open_store, quota_bytes=opts.quota_bytes))
         self.store = RaftStore(self.node, compaction=opts.compaction)
-        self.service = ClientService(self.store, opts.client_listen, token=opts.token)
+        self.service = ClientService(
+            self.store,
+            opts.client_listen,
+            token=opts.token,
+            tls=ServiceTLS(self._server_context, peercerts.client_port_identity),
+        )
         self.api = (
             ApiServer(
                 self.store,
@@ -134,12 +161,23 @@ class Server:
                 self, default_controllers, options=opts.controller_options
             )
 
+    def _server_context(self) -> ssl.SSLContext:
+        assert self._peer_server is not None, "Server.run prepares the PKI before serving"
+        return self._peer_server.current
+
+    def _client_context(self) -> ssl.SSLContext:
+        assert self._peer_client is not None, "Server.run prepares the PKI before connecting"
+        return self._peer_client.current
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
+            join_endpoints = await self._prepare_pki()
+            await nursery.start(self.certs.run)
             with naming_listener("--peer-listen", self.opts.node.peer_listen):
                 await nursery.start(self.store.run)  # the Raft node binds the peer port
             with naming_listener("--client-listen", self.opts.client_listen):
                 await nursery.start(self.service.run)
+            await trio.to_thread.run_sync(self._write_client_address)
             log.info(
                 "server %d ready: peers on %s, clients on port %d",
                 self.node.id,
@@ -148,7 +186,7 @@ class Server:
             )
             if not self.node.core.conf.members():
                 if self.opts.join_servers:
-                    await self._join_through_api(self.opts.join_servers)
+                    await self._join_through_api(self.opts.join_servers, join_endpoints)
                 elif self.opts.join_url is not None:
                     await self._join(self.opts.join_url)
             if self.api is not None:
@@ -164,6 +202,60 @@ class Server:
                 await nursery.start(directory.run)
             await nursery.start(self._run_api_users)
             task_status.started()
+
+    async def _prepare_pki(self) -> list[str] | None:
+        """The store's credentials (module doc), and the contexts and renewal built from them.
+        Joining through `--server` with no CA yet: fetch and adopt the cluster's bundle first;
+        returns the client addresses learnt on the way (None otherwise)."""
+        opts = self.opts
+        data_dir = opts.node.data_dir
+        paths = peercerts.PeerPki.of(data_dir)
+        endpoints: list[str] | None = None
+        if opts.join_servers and not paths.ca_cert.exists():
+            from .api.auth.shared import adopt, unseal
+            from .serverjoin import join_info
+
+            info = await join_info(
+                opts.join_servers, opts.token, opts.ca_pin, wait=opts.join_timeout, bundle=True
+            )
+            assert info.bundle is not None
+            bundle = unseal(info.bundle, opts.token)
+            await trio.to_thread.run_sync(adopt, bundle, data_dir)
+            log.info("adopted the cluster's CA from %s", info.url)
+            endpoints = info.endpoints
+        addresses = [
+            opts.node.peer_listen,
+            opts.node.advertise or "",
+            opts.client_listen,
+        ]
+        hosts = peercerts.peer_hosts(addresses)
+        nid = opts.node.node_id
+        await trio.to_thread.run_sync(peercerts.prepare, data_dir, opts.token, nid, addresses)
+        self._peer_server = await trio.to_thread.run_sync(
+            ReloadableContext, partial(peercerts.peer_server_context, data_dir)
+        )
+        self._peer_client = await trio.to_thread.run_sync(
+            ReloadableContext, partial(peercerts.peer_client_context, data_dir)
+        )
+        issue_peer = partial(peercerts.issue_peer_cert, data_dir, nid, hosts)
+        self.certs.add(
+            Leaf(peercerts.PEER_LEAF, paths.peer_cert, paths.peer_key, in_thread(issue_peer))
+        )
+        self.certs.on_reload(peercerts.PEER_LEAF, self._peer_server.reload)
+        self.certs.on_reload(peercerts.PEER_LEAF, self._peer_client.reload)
+        issue_admin = partial(peercerts.issue_admin_cert, data_dir)
+        self.certs.add(
+            Leaf(peercerts.ADMIN_LEAF, paths.admin_cert, paths.admin_key, in_thread(issue_admin))
+        )
+        return endpoints
+
+    def _write_client_address(self) -> None:
+        """`DATA_DIR/client-address`: where this server's client port is reachable from this
+        host (a wildcard listen address is reached on loopback)."""
+        from .api.auth.pki import atomic_write
+
+        address = client_address(self.opts.client_listen, self.service.port, "127.0.0.1")
+        atomic_write(self.opts.node.data_dir / CLIENT_ADDRESS_FILE, f"{address}\n".encode(), 0o644)
 
     async def _run_api_users(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -204,24 +296,27 @@ class Server:
             return
         await self._join_endpoints([url.split("://", 1)[-1].rstrip("/")])
 
-    async def _join_through_api(self, urls: list[str]) -> None:
+    async def _join_through_api(self, urls: list[str], endpoints: list[str] | None) -> None:
         """`--server URL`: learn the members' client addresses through a server's API (CA pin
-        checked first, `serverjoin`), then join through them."""
+        checked first, `serverjoin`; already done when the bundle was fetched), then join
+        through them."""
         from .serverjoin import member_endpoints
 
-        endpoints = await member_endpoints(
-            urls, self.opts.token, self.opts.ca_pin, wait=self.opts.join_timeout
-        )
+        if endpoints is None:
+            endpoints = await member_endpoints(
+                urls, self.opts.token, self.opts.ca_pin, wait=self.opts.join_timeout
+            )
         await self._join_endpoints(endpoints)
 
     async def _join_endpoints(self, endpoints: list[str]) -> None:
         """The store's `join` op through these client addresses (redirected to the leader)."""
-        from .store.client import ClientError, StoreClient
+        from .store.client import ClientError, StoreClient, TLSRefused
 
         endpoint = ", ".join(endpoints)
         advertise = self.opts.node.advertise or self.opts.node.peer_listen
         with trio.fail_after(JOIN_TIMEOUT):
-            async with StoreClient(endpoints) as client:
+            # Our peer certificate is our client certificate on the members' client ports.
+            async with StoreClient(endpoints, tls=self._client_context()) as client:
                 if self.opts.ca_pin:  # the cluster's CA must be the pinned one: else send nothing
                     from .api.auth.jointoken import verify_bundle_pin
 
@@ -230,6 +325,13 @@ class Server:
                     try:
                         await client.call("join", self.opts.token, self.node.id, advertise)
                         break
+                    except TLSRefused as exc:
+                        raise PermissionError(
+                            f"join refused by {endpoint} ({exc}): that cluster's CA is not "
+                            "derived from this token (a site from before token-derived CAs, or "
+                            "another token); join with --server URL (a server's API) and the "
+                            "K10... token in a server's DATA_DIR/server-token"
+                        ) from None
                     except (OSError, ClientError) as exc:
                         if "token" in str(exc):
                             raise PermissionError(f"join refused by {endpoint}: {exc}") from exc

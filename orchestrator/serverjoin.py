@@ -15,7 +15,11 @@ reached, rounds are retried for up to `wait` seconds):
 2. `GET /orchestrator/v1/members` with `Authorization: Bearer <cluster token>` (the pin is not
    a credential and is never sent) answers the members' ids and store client addresses
    (`api.members`); 401 or 403: the token is not this cluster's.
-3. `usable_addresses` keeps the addresses this server can use (loopback ones only through a
+3. `GET /orchestrator/v1/bundle` with the same credential (only when this server has no CA
+   yet: its first start): the cluster's sealed credentials bundle, which the server unseals
+   with the token and whose CA it adopts (`Server._prepare_pki`), so that its peer certificate
+   is signed by the cluster's CA before its peer port talks to anyone.
+4. `usable_addresses` keeps the addresses this server can use (loopback ones only through a
    loopback URL: elsewhere they would name the joining device itself) and the store join
    (`Server._join_endpoints`) tries them in turn: it follows the redirect to the leader among
    them and, with a pin, also checks the cluster's shared bundle against it before the token
@@ -33,6 +37,7 @@ import ipaddress
 import logging
 import ssl
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -44,8 +49,11 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = [
+    "BUNDLE_PATH",
     "MEMBERS_PATH",
     "JoinFailed",
+    "JoinInfo",
+    "join_info",
     "member_endpoints",
     "request_members",
     "usable_addresses",
@@ -54,6 +62,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MEMBERS_PATH = "/orchestrator/v1/members"
+BUNDLE_PATH = "/orchestrator/v1/bundle"
 TIMEOUT = 15.0  # seconds one HTTP request may take
 RETRY_INITIAL = 0.5  # seconds between rounds while no server can be reached (doubling)
 RETRY_MAX = 5.0
@@ -65,6 +74,16 @@ class JoinFailed(Exception):
 
 class _Unreachable(JoinFailed):
     """This URL could not be reached (another one may be)."""
+
+
+@dataclass(frozen=True)
+class JoinInfo:
+    """What a server learnt through one API URL: the members' client addresses and, when
+    asked for, the cluster's sealed bundle."""
+
+    url: str
+    endpoints: list[str]
+    bundle: bytes | None = None
 
 
 def _is_loopback(host: str) -> bool:
@@ -120,8 +139,31 @@ async def request_members(url: str, verify: ssl.SSLContext | bool, token: str) -
         raise _Unreachable(f"cannot reach {url}: {exc or type(exc).__name__}") from exc
 
 
-async def _members_through(url: str, token: str, pin: str) -> list[str]:
-    """Steps 1-3 of the module doc through `url`."""
+async def _bundle_through(url: str, verify: ssl.SSLContext | bool, token: str) -> bytes:
+    """Step 3 of the module doc."""
+    import httpx
+
+    from .agent.join import response_message
+
+    try:
+        async with httpx.AsyncClient(verify=verify, timeout=TIMEOUT) as client:
+            response = await client.get(
+                url + BUNDLE_PATH, headers={"Authorization": f"Bearer {token}"}
+            )
+    except httpx.TransportError as exc:
+        raise _Unreachable(f"cannot reach {url}: {exc or type(exc).__name__}") from exc
+    if response.status_code == 503:
+        raise _Unreachable(f"{url} is unavailable (503): {response_message(response)}")
+    if response.status_code != 200:
+        raise JoinFailed(
+            f"{url} did not hand out the cluster's credentials ({response.status_code}): "
+            f"{response_message(response)}"
+        )
+    return response.content
+
+
+async def _members_through(url: str, token: str, pin: str, bundle: bool = False) -> JoinInfo:
+    """Steps 1-4 of the module doc through `url` (3 only with `bundle`)."""
     from .agent.join import JoinError, JoinUnreachable, fetch_ca, response_message
     from .api.auth.jointoken import PinMismatch, check_pin
 
@@ -173,7 +215,8 @@ async def _members_through(url: str, token: str, pin: str) -> list[str]:
     if not addresses:
         raise JoinFailed(_loopback_hint(url, [i for i in items if isinstance(i, Mapping)]))
     log.info("joining through %s: members' client addresses %s", url, ", ".join(addresses))
-    return addresses
+    sealed = await _bundle_through(url, verify, token) if bundle else None
+    return JoinInfo(url, addresses, sealed)
 
 
 async def member_endpoints(
@@ -182,6 +225,13 @@ async def member_endpoints(
     """The client addresses to join through, learnt through the first of `urls` that answers
     (module doc); `token`: the cluster token (without the pin), `pin`: the CA's hex SHA-256 or
     "". Raises `JoinFailed` (a refusal at once; unreachable servers after `wait` seconds)."""
+    return (await join_info(urls, token, pin, wait=wait)).endpoints
+
+
+async def join_info(
+    urls: Sequence[str], token: str, pin: str = "", *, wait: float = 60.0, bundle: bool = False
+) -> JoinInfo:
+    """`member_endpoints`, and with `bundle` also the cluster's sealed bundle (step 3)."""
     if not urls:
         raise JoinFailed("no server to join through: give --server URL")
     failures: list[str] = []
@@ -191,7 +241,7 @@ async def member_endpoints(
             failures = []
             for url in urls:
                 try:
-                    return await _members_through(url.rstrip("/"), token, pin)
+                    return await _members_through(url.rstrip("/"), token, pin, bundle)
                 except _Unreachable as exc:
                     failures.append(str(exc))
             log.warning("no server to join through answered (%s); retrying", "; ".join(failures))

@@ -12,6 +12,10 @@ loopback ports allocated here; its stdout/stderr go to `<data dir>/server.log` (
 restarts, with a marker line per start). Servers are addressed by their index in
 `cluster.servers` (0-based); server `i` has Raft node id `i + 1`.
 
+The servers run mutual TLS on their peer and client ports with the CA derived from
+`CLUSTER_TOKEN`; `cluster.tls` (`admin_tls()`) is an admin client context for that CA, for
+`StoreClient(..., tls=cluster.tls)`; `raw_request` uses it unless told otherwise.
+
 The waiting helpers are async (trio) and poll the servers' client port with a raw one-shot
 status request (so they do not depend on `StoreClient`), always against a deadline, and fail fast
 with the log tail if a server that should be running has exited. A plain script can drive them
@@ -27,9 +31,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -117,14 +123,33 @@ class ServerProc:
         return self.data_dir / "server.log"
 
 
-async def raw_request(endpoint: str, op: str, *args: Any, within: float = 2.0) -> tuple[str, Any]:
+@functools.cache
+def admin_tls(token: str = CLUSTER_TOKEN) -> ssl.SSLContext:
+    """An admin client context for the servers of `token`: its derived CA, and a certificate
+    issued here (in a temporary directory), as a server issues its own `pki/admin.crt`."""
+    import tempfile
+
+    from orchestrator.api.auth.peercerts import ensure_admin_cert, ensure_cluster_ca
+    from orchestrator.store.client import ClientTLS
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        ensure_cluster_ca(root, token)
+        ensure_admin_cert(root)
+        return ClientTLS.from_data_dir(root).context()  # the files are read by now
+
+
+async def raw_request(
+    endpoint: str, op: str, *args: Any, within: float = 2.0, tls: ssl.SSLContext | None = None
+) -> tuple[str, Any]:
     """One request on a fresh connection to a server's client port: (status, value).
 
     Raises OSError if the server cannot be reached or closes the connection, and
     trio.TooSlowError after `within` seconds."""
     host, _, port = endpoint.rpartition(":")
     with trio.fail_after(within):
-        stream = await trio.open_tcp_stream(host, int(port))
+        sock = await trio.open_tcp_stream(host, int(port))
+        stream = trio.SSLStream(sock, tls or admin_tls(), server_hostname=None)
         async with stream:
             try:
                 await stream.send_all(encode_frame(msgpack.packb([1, op, list(args)])))
@@ -179,6 +204,7 @@ class Cluster:
             for i in range(size)
         ]
         self.initial_cluster = ",".join(f"{s.node_id}={s.peer_addr}" for s in self.servers)
+        self.tls = admin_tls()
 
     # ------------------------------------------------------------------ addresses
     @property

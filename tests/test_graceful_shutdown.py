@@ -122,7 +122,7 @@ async def _store_only_server(root: Path) -> AsyncIterator[Server]:
         nursery.cancel_scope.cancel()
 
 
-async def _frames(stream: trio.SocketStream, decoder: FrameDecoder) -> list[list[Any]]:
+async def _frames(stream: trio.abc.Stream, decoder: FrameDecoder) -> list[list[Any]]:
     """The next frames (at least one); [] once the server closed the connection."""
     while True:
         data = await stream.receive_some(65536)
@@ -139,7 +139,11 @@ async def test_client_port_drain_cancels_watches_answers_requests_and_closes(
     with trio.fail_after(30):
         async with _store_only_server(tmp_path) as server:
             port = server.service.port
-            stream = await trio.open_tcp_stream(HOST, port)
+            from orchestrator.store.client import ClientTLS
+
+            tls = ClientTLS.from_data_dir(tmp_path).context()  # the admin cert the server wrote
+            sock = await trio.open_tcp_stream(HOST, port)
+            stream = trio.SSLStream(sock, tls, server_hostname=None)
             decoder = FrameDecoder(1 << 20)
             async with stream:
                 # Elected and serving: a write answers "ok" (the store retries while electing).

@@ -181,6 +181,7 @@ class ApiServer:
             pki,
             cluster_token=self.opts.cluster_token,
             members=self.members,
+            bundle=self._sealed_bundle,
         )
         logs = await AgentLogProxy.for_pki(pki, self._get_node)
         app = ApiApp(
@@ -214,6 +215,12 @@ class ApiServer:
             nursery.start_soon(self._sync_custom_kinds)
             log.info("API server on %s (kubeconfig %s)", url, data_dir / "kubeconfig.yaml")
             task_status.started(self.port)
+
+    async def _sealed_bundle(self) -> bytes | None:
+        from .auth.shared import KEY
+
+        kv = await self.objects.store.get(KEY)
+        return None if kv is None else kv.value
 
     async def _serve(
         self,

@@ -27,6 +27,11 @@ All under `/orchestrator/v1/`, JSON in and out (failures are metav1.Status like 
                                           the Raft members' store client addresses, what a
                                           server joining with `--server URL` joins through
                                           (`members`, `orchestrator.serverjoin`)
+    GET    /orchestrator/v1/bundle        the same callers: the cluster's sealed credentials
+                                          bundle (`auth.shared`, encrypted with the cluster
+                                          token) as application/octet-stream: a server
+                                          joining with `--server URL` adopts the CA from it
+                                          before its peer port can talk (404: none yet)
 
 Why HTTP endpoints rather than the store's client port: the CLI then needs only the admin
 kubeconfig (the same credentials as `orchestrator get`), every call is authenticated and
@@ -73,6 +78,7 @@ TOKENS_PATH = PREFIX + "tokens"
 JOIN_PATH = PREFIX + "join"
 NODE_CERT_PATH = PREFIX + "node-certificate"
 MEMBERS_PATH = PREFIX + "members"
+BUNDLE_PATH = PREFIX + "bundle"
 MAX_DESCRIPTION = 256
 
 Headers = list[tuple[bytes, bytes]]
@@ -105,7 +111,9 @@ class OrchestratorRoutes:
         *,
         cluster_token: str = "",
         members: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None,
+        bundle: Callable[[], Awaitable[bytes | None]] | None = None,
     ) -> None:
+        self.bundle = bundle  # the sealed bundle as stored (`auth.shared.KEY`), for joiners
         self.tokens = tokens
         self.cluster_token = cluster_token  # what a joining server proves (members)
         self.members = members  # the Raft members' client addresses (`members.MemberDirectory`)
@@ -136,6 +144,12 @@ class OrchestratorRoutes:
                     raise errors.service_unavailable("this server does not list its members")
                 members = await self.members()
                 return Response(200, {"kind": "MemberList", "apiVersion": "v1", "items": members})
+            if path == BUNDLE_PATH and method == "GET":
+                self._authorize_server(headers, authenticate, path)
+                sealed = None if self.bundle is None else await self.bundle()
+                if sealed is None:
+                    raise errors.ApiError(404, "NotFound", "no cluster bundle has been published")
+                return Response(200, sealed, content_type="application/octet-stream")
             user = authenticate()
             authorize(user, Attributes(method.lower(), path=path))
             if path == NODE_CERT_PATH and method == "POST":

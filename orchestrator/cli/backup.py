@@ -74,10 +74,12 @@ def main(args: argparse.Namespace) -> int:
 async def _backup(args: argparse.Namespace) -> int:
     from ..store.backup import write_backup
     from ..store.client import StoreClient
+    from . import storecreds
 
-    endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
+    endpoints, tls, cluster = storecreds.resolve(args)
+    print(f"cluster: {cluster} (servers {', '.join(endpoints)})", file=sys.stderr, flush=True)
     with trio.fail_after(args.timeout):
-        async with StoreClient(endpoints) as client:
+        async with StoreClient(endpoints, tls=tls) as client:
             meta, image = await client.backup()
     size = await trio.to_thread.run_sync(write_backup, args.out, meta, image)
     print(
@@ -120,7 +122,11 @@ def _restore(args: argparse.Namespace) -> int:
     if args.token:
         if sealed is not None:
             try:
-                unseal(sealed, args.token)
+                bundle = unseal(sealed, args.token)
+                # The cluster's CA, so the restored server's store ports use it from the start
+                # (not one derived from the token: the backed-up site's may be older).
+                files["pki/ca.crt"] = (bundle.ca_crt.decode("ascii"), 0o644)
+                files["pki/ca.key"] = (bundle.ca_key.decode("ascii"), 0o600)
             except PermissionError:
                 print(
                     "error: --token cannot decrypt the credentials in this backup: it is not "

@@ -11,7 +11,9 @@ at its next start), `expired`, `not signed by the cluster CA`, `unreadable: ...`
 client certificates stay valid:
 
 * a server's data dir (`DIR/pki/`): the serving certificate `apiserver.crt` (a fresh key, the
-  same SANs) and `apiserver-kubelet-client.crt`, signed with the local CA key;
+  same SANs) and `apiserver-kubelet-client.crt` (servers with the API), the store's peer
+  certificate `peer.crt` (same node id and SANs) and the admin client certificate `admin.crt`
+  (every server), signed with the local CA key;
 * an agent's data dir (`DIR/kubelet.crt`): a fresh key and a certificate for the same names from
   the API server (`/orchestrator/v1/node-certificate`) with the node credentials in
   `DIR/node-kubeconfig.yaml` (or `--kubeconfig`), so the server must be reachable.
@@ -99,7 +101,7 @@ def _leaves(data_dir: Path) -> list[tuple[str, dt.timedelta | None]]:
     out: list[tuple[str, dt.timedelta | None]] = []
     if (data_dir / "pki" / "ca.crt").exists():
         out.append(("pki/ca.crt", None))
-    for name in ("apiserver.crt", "apiserver-kubelet-client.crt"):
+    for name in ("apiserver.crt", "apiserver-kubelet-client.crt", "peer.crt", "admin.crt"):
         if (data_dir / "pki" / name).exists():
             out.append((f"pki/{name}", RENEW_BEFORE))
     if (data_dir / servingcert.CERT_FILE).exists():
@@ -180,7 +182,7 @@ def rotate(data_dir: Path, kubeconfig: Path | None = None, timeout: float = 30.0
     data_dir = _data_dir(data_dir)
     names = [name for name, _ in _leaves(data_dir)]
     done: list[str] = []
-    if (data_dir / "pki").is_dir():
+    if "pki/apiserver.crt" in names:
         from ..api.auth.pki import PkiError, load_pki, renew_serving_cert
         from ..api.logproxy import kubelet_client_cert
 
@@ -191,6 +193,8 @@ def rotate(data_dir: Path, kubeconfig: Path | None = None, timeout: float = 30.0
         renew_serving_cert(pki, None)  # the SANs of the current certificate
         kubelet_client_cert(pki, force=True)
         done += ["pki/apiserver.crt", "pki/apiserver-kubelet-client.crt"]
+    if "pki/peer.crt" in names or "pki/admin.crt" in names:
+        done += _rotate_store_certs(data_dir, names)
     if servingcert.CERT_FILE in names:
 
         async def bounded() -> None:
@@ -204,6 +208,36 @@ def rotate(data_dir: Path, kubeconfig: Path | None = None, timeout: float = 30.0
 
         trio.run(bounded)
         done.append(servingcert.CERT_FILE)
+    return done
+
+
+def _rotate_store_certs(data_dir: Path, names: list[str]) -> list[str]:
+    """Re-issue the peer certificate (same node id, same SANs) and the admin certificate."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    from ..api.auth.peercerts import issue_admin_cert, issue_peer_cert, server_node_id
+    from ..api.auth.pki import PkiError
+
+    if not (data_dir / "pki" / "ca.key").is_file():
+        raise CertsError(
+            f"{data_dir / 'pki'}: no ca.key, so no certificate can be issued; restore it from a "
+            "backup or another server's DATA_DIR/pki/"
+        )
+    done: list[str] = []
+    try:
+        if "pki/peer.crt" in names:
+            cert = x509.load_pem_x509_certificate((data_dir / "pki" / "peer.crt").read_bytes())
+            node_id = server_node_id(cert.public_bytes(serialization.Encoding.DER))
+            if not isinstance(node_id, int):
+                raise CertsError(f"{data_dir / 'pki' / 'peer.crt'}: {node_id}")
+            issue_peer_cert(data_dir, node_id, None)  # the SANs of the current certificate
+            done.append("pki/peer.crt")
+        if "pki/admin.crt" in names:
+            issue_admin_cert(data_dir)
+            done.append("pki/admin.crt")
+    except (PkiError, OSError, ValueError) as exc:
+        raise CertsError(str(exc)) from None
     return done
 
 

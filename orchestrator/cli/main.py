@@ -179,12 +179,9 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--plain-http", action="store_true", help=argparse.SUPPRESS)
 
     ep = argparse.ArgumentParser(add_help=False)
-    ep.add_argument(
-        "--endpoints",
-        default=DEFAULT_CLIENT,
-        help="comma-separated client addresses of the servers",
-    )
-    ep.add_argument("--timeout", type=float, default=10.0, help="seconds before giving up")
+    from . import storecreds  # --endpoints, --data-dir, --cacert/--cert/--key, --timeout
+
+    storecreds.add_options(ep)
 
     kv = sub.add_parser("kv", help="read and write the replicated key-value store")
     kvs = kv.add_subparsers(dest="kv_command", required=True)
@@ -280,8 +277,11 @@ def _server(args: argparse.Namespace) -> int:
                 "its client address HOST:PORT goes to --join)"
             )
     joining = args.join is not None or bool(servers)
-    if args.join and not args.token:
-        raise SystemExit("error: --join URL needs --token (or ORCHESTRATOR_TOKEN)")
+    if args.join is not None and not args.token and not (args.data_dir / "token").exists():
+        raise SystemExit(
+            "error: --join needs --token (or ORCHESTRATOR_TOKEN): the cluster's token, from "
+            "which the servers' certificate authority is derived"
+        )
     if (
         args.initial_cluster
         and len(args.initial_cluster) > 1
@@ -299,6 +299,18 @@ def _server(args: argparse.Namespace) -> int:
         given = parse_token(args.token) if args.token else None
     except ValueError as exc:
         raise SystemExit(f"error: --token: {exc}") from None
+    if (
+        given is not None
+        and not joining
+        and args.initial_cluster
+        and not (args.data_dir / "pki" / "ca.crt").exists()
+    ):
+        from ..api.auth.peercerts import check_founder_token
+
+        try:  # the new cluster's CA is derived from the token: a weak one could be guessed
+            check_founder_token(given.credentials, len(args.initial_cluster))
+        except ValueError as exc:
+            raise SystemExit(f"error: --token: {exc}") from None
     token = cluster_token(args.data_dir, given.credentials if given else None)
     founders: dict[int, str] = {}
     if not joining:
@@ -395,10 +407,12 @@ def _server(args: argparse.Namespace) -> int:
 
 async def _client_command(args: argparse.Namespace) -> int:
     from ..store.client import StoreClient
+    from . import storecreds
 
-    endpoints = [e.strip() for e in args.endpoints.split(",") if e.strip()]
+    endpoints, tls, cluster = storecreds.resolve(args)
+    print(f"cluster: {cluster} (servers {', '.join(endpoints)})", file=sys.stderr, flush=True)
     with trio.fail_after(args.timeout):
-        async with StoreClient(endpoints) as c:
+        async with StoreClient(endpoints, tls=tls) as c:
             if args.command == "kv":
                 if args.kv_command == "put":
                     await c.put(args.key, args.value.encode())

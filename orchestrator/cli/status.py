@@ -23,18 +23,15 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig", type=Path, help="also list nodes and pods through this kubeconfig"
     )
-    parser.add_argument(
-        "--data-dir",
-        type=Path,
-        help="a server's data directory: use its kubeconfig.yaml (like --kubeconfig)",
-    )
+    # --data-dir (the store credentials, `storecreds`) also names the kubeconfig.yaml there.
 
 
 def kubeconfig_of(args: argparse.Namespace) -> Path | None:
     if getattr(args, "kubeconfig", None):
         return Path(args.kubeconfig)
     if getattr(args, "data_dir", None):
-        return Path(args.data_dir) / "kubeconfig.yaml"
+        path = Path(args.data_dir) / "kubeconfig.yaml"
+        return path if path.exists() else None  # a store-only server (--listen none) has none
     return None
 
 

@@ -91,7 +91,7 @@ class FrameDecoder:
         """Bytes received but not yet returned as part of a payload (a partial frame)."""
         return len(self._buf) - self._pos
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         """Buffer `data` without parsing; pair with `next_frame`."""
         if self._error is not None:
             raise self._error
@@ -124,7 +124,7 @@ class FrameDecoder:
         self._pos = end
         return payload
 
-    def receive_data(self, data: bytes) -> list[bytes]:
+    def receive_data(self, data: bytes | bytearray) -> list[bytes]:
         """Buffer `data` and return every payload it completes, in stream order.
 
         If a header in `data` announces an oversize frame, `FrameTooLarge` is raised and the

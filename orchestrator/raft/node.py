@@ -61,7 +61,7 @@ from ..dbthread import DbThread
 from .core import RaftConfig, RaftCore, bootstrap
 from .statemachine import StateMachine, pack_batch
 from .storage import RaftStorage
-from .transport import Address, FaultInjector, PeerTransport
+from .transport import Address, FaultInjector, PeerTLS, PeerTransport
 from .types import (
     NONE,
     ConfChange,
@@ -149,6 +149,9 @@ class NodeConfig:
     max_inflight: int = 4  # appends in flight per follower; fewer, bigger batches cost less CPU
     seed: int | None = None
     faults: FaultInjector | None = None
+    # Mutual TLS on the peer port (`transport.PeerTLS`); every server sets it. None: plain TCP,
+    # for in-process tests and benchmarks only.
+    peer_tls: PeerTLS | None = None
 
 
 _ENVELOPE = struct.Struct("!QQ")  # origin node id, request id
@@ -487,6 +490,10 @@ class RaftNode:
             faults=cfg.faults,
             rng=random.Random(self._rng.random()),
             on_peer_down=self._on_peer_down,
+            tls=cfg.peer_tls,
+            # A server that knows no membership yet (joining) admits whoever calls with a
+            # server certificate: the leader that added it. `_set_peers` ends that.
+            admit_unknown=not self.core.conf.members(),
         )
         log.info(
             "node %d open: term %d, commit %d, applied %d, %d entries, snapshot at %d",
@@ -900,6 +907,7 @@ class RaftNode:
     async def _set_peers(self, peers: dict[NodeId, str]) -> None:
         old = self.peers
         self.peers = peers
+        self.transport.admit_unknown = False  # the membership is known from now on
         for pid in old.keys() - peers.keys():
             if pid != self.id:
                 self.transport.remove_peer(pid)

@@ -1,14 +1,30 @@
-"""Peer transport between Raft servers: framed msgpack messages over TCP.
+"""Peer transport between Raft servers: framed msgpack messages over mutual TLS (or plain TCP).
 
 Job: carry `Message`s from the local Raft driver to other servers and back. Raft tolerates loss,
 duplication and reordering, so this transport is deliberately lossy: it never blocks its caller
 and never buffers without bound; it drops (and counts) instead.
 
-Wire protocol (per TCP connection, one direction only):
+Wire protocol (per connection, one direction only):
+- With `tls` (every server: `PeerTLS`, contexts from `api.auth.peercerts`), each TCP connection
+  starts with a TLS 1.3 handshake in which BOTH sides present a certificate signed by the
+  cluster CA. The connecting side then checks that the accepting side's certificate names the
+  node id it meant to reach (`PeerTLS.identify`); the accepting side, that the connecting
+  side's certificate is a server's. Without `tls` (in-process tests and benches only) the
+  connection is plain TCP and the hello alone says who is calling.
 - The connecting side sends frames (see `framing`): first a hello frame, the msgpack map
   `{"id": <its node id>, "addr": [<host>, <port>]}`, then one `codec.encode_message` per frame.
-- The accepting side never writes; it reads the hello, then messages. Each server therefore
-  keeps one outbound connection per peer (for its own sends) and accepts one from each peer.
+- The accepting side reads the hello, then messages. It writes at most once: a refusal frame
+  `{"refused": <reason>}` just before it closes a connection it does not admit, so the other
+  side can tell a refusal from a dead peer. Each server therefore keeps one outbound connection
+  per peer (for its own sends) and accepts one from each peer.
+
+Admission (the accepting side; a refused connection is closed, counted in
+`statistics().refused` and logged once per caller and reason, not once per reconnect):
+- with `tls`, the certificate's node id must equal the hello's id;
+- the id must be a current peer (`set_peer`; `remove_peer` also closes its open connections),
+  or, while `admit_unknown` is set (a joining server that does not know the membership yet:
+  the leader that adds it calls first), any id not explicitly removed; such a peer is learned
+  from its hello. The Raft driver clears `admit_unknown` once it knows the membership.
 
 Invariants:
 - `send` is synchronous and O(1) apart from fault planning: it routes by `msg.to` into that
@@ -23,9 +39,11 @@ Invariants:
 - All tasks live in the nursery opened by `run`; cancelling `run` stops them and closes every
   socket. The transport may be run again after `run` returns (not concurrently).
 - `on_peer_down(peer)` is called when the peer's side ended a connection (EOF or reset, on
-  either direction, after its hello) or refused one: signs that its process is gone, which a
-  kernel gives at once for a killed process. Never for our own closes (cancellation, address
-  changes, bad frames), timeouts or a black-holed address. It is called after every message
+  either direction, after its hello) or refused one at the TCP level: signs that its process is
+  gone, which a kernel gives at once for a killed process. Never for our own closes
+  (cancellation, address changes, bad frames), timeouts, a black-holed address, a failed TLS
+  handshake, a certificate either side does not accept, or a refusal frame: those say the peer
+  is alive but will not talk to us. It is called after every message
   that connection delivered went into `inbound` (`statistics().received` counts them).
 - Fault injection happens on the sending side only (`FaultInjector.plan`), so one injector can be
   shared by every transport of a test cluster.
@@ -33,11 +51,13 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import logging
 import math
 import random
+import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,7 +70,14 @@ from .codec import CodecError, decode_message, encode_message
 from .framing import MAX_FRAME, FrameDecoder, FramingError, encode_frame
 from .types import Message, NodeId
 
-__all__ = ["Address", "FaultInjector", "PeerTransport", "TransportStatistics"]
+__all__ = [
+    "Address",
+    "FaultInjector",
+    "PeerTLS",
+    "PeerTransport",
+    "TransportStatistics",
+    "flush_tls_alert",
+]
 
 log = logging.getLogger("orchestrator.raft.transport")
 
@@ -62,6 +89,20 @@ CONNECT_TIMEOUT = 5.0  # bounds a connect to a black-holed address (the OS defau
 _RECV_SIZE = 64 * 1024
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 _LOUD_COMPLAINTS = 5  # per inbound connection; after that a misbehaving peer only logs at DEBUG
+_REFUSAL_MEMORY = 1024  # (caller, reason) pairs remembered to log each refusal once
+_REFUSAL_SEND_TIMEOUT = 1.0  # a refusal frame is a courtesy: never wait long for it
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTLS:
+    """The peer port's TLS: `server()` and `client()` return the CURRENT context for a new
+    accepted or outgoing connection (a renewed certificate is used from then on, open
+    connections keep theirs); `identify(der)` is the node id that a verified peer certificate
+    (DER, None if none) names, or a short reason why it names none."""
+
+    server: Callable[[], ssl.SSLContext]
+    client: Callable[[], ssl.SSLContext]
+    identify: Callable[[bytes | None], int | str]
 
 
 class FaultInjector:
@@ -170,6 +211,7 @@ class TransportStatistics:
     dropped_misrouted: int = 0  # inbound with the wrong `to`, or `frm` != hello id
     dropped_inbound_full: int = 0  # `inbound` was full (or closed by its reader)
     dropped_send_failed: int = 0  # taken from a queue but lost with a broken connection
+    refused: int = 0  # connections (either direction) closed by TLS or admission (module doc)
 
 
 class _Peer:
@@ -191,12 +233,14 @@ class _Peer:
 class _Inbound:
     """Per accepted connection: who it claims to be, and how much it has misbehaved."""
 
-    __slots__ = ("complaints", "peer_id", "remote")
+    __slots__ = ("cert_id", "complaints", "peer_id", "remote", "scope")
 
-    def __init__(self, remote: str) -> None:
+    def __init__(self, remote: str, scope: trio.CancelScope) -> None:
         self.remote = remote
         self.peer_id: NodeId | None = None
+        self.cert_id: NodeId | None = None  # the node id its certificate names (with TLS)
         self.complaints = 0
+        self.scope = scope  # cancelled when its peer is removed
 
 
 _CONN_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
@@ -217,6 +261,8 @@ class PeerTransport:
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         rng: random.Random | None = None,
         on_peer_down: Callable[[NodeId], None] | None = None,
+        tls: PeerTLS | None = None,
+        admit_unknown: bool = False,
     ) -> None:
         if node_id < 1:
             raise ValueError("node ids start at 1")
@@ -233,8 +279,11 @@ class PeerTransport:
         self.reconnect_backoff = reconnect_backoff
         self._rng = rng if rng is not None else random.Random()
         self.on_peer_down = on_peer_down
+        self.tls = tls
+        self.admit_unknown = admit_unknown  # admission rule: module doc
 
         self._peers: dict[NodeId, _Peer] = {}
+        self._inbound_conns: dict[NodeId, set[_Inbound]] = {}  # admitted, open
         # Explicitly removed members are not re-learned from their hellos: a removed server that
         # is still running must not sneak back into our address book.
         self._removed: set[NodeId] = set()
@@ -262,6 +311,8 @@ class PeerTransport:
         self._dropped_misrouted = 0
         self._dropped_inbound_full = 0
         self._dropped_send_failed = 0
+        self._refused = 0
+        self._refusals_logged: set[tuple[str, str]] = set()
 
         for peer_id, addr in peers.items():
             self.set_peer(peer_id, addr)
@@ -340,6 +391,8 @@ class PeerTransport:
     def remove_peer(self, node_id: NodeId) -> None:
         """Forget a peer: stop its sender and drop whatever was queued for it."""
         self._removed.add(node_id)
+        for conn in self._inbound_conns.pop(node_id, ()):
+            conn.scope.cancel()  # a removed member's open connection is not admitted any more
         peer = self._peers.pop(node_id, None)
         if peer is None:
             return
@@ -364,6 +417,7 @@ class PeerTransport:
             dropped_misrouted=self._dropped_misrouted,
             dropped_inbound_full=self._dropped_inbound_full,
             dropped_send_failed=self._dropped_send_failed,
+            refused=self._refused,
         )
 
     # ------------------------------------------------------------------ outbound
@@ -433,6 +487,8 @@ class PeerTransport:
         # Repeated failures to reach a down peer are expected; only the first one is news.
         level = logging.INFO if failures == 0 else logging.DEBUG
         established = False
+        stream: trio.SocketStream
+        secured: trio.abc.Stream
         scope = peer.conn_scope = trio.CancelScope()
         try:
             with scope:
@@ -463,8 +519,14 @@ class PeerTransport:
                     )
                     return False
                 async with stream:
+                    secured = stream
+                    if self.tls is not None:
+                        tls_stream = await self._secure_outbound(peer, stream, addr)
+                        if tls_stream is None:
+                            return False
+                        secured = tls_stream
                     try:
-                        await stream.send_all(self._hello)
+                        await secured.send_all(self._hello)
                     except _CONN_ERRORS as exc:
                         log.log(
                             level,
@@ -485,9 +547,9 @@ class PeerTransport:
                     try:
                         async with trio.open_nursery() as nursery:
                             nursery.start_soon(
-                                self._watch_outbound, peer, stream, nursery.cancel_scope
+                                self._watch_outbound, peer, secured, nursery.cancel_scope
                             )
-                            await self._write_loop(peer, stream)
+                            await self._write_loop(peer, secured)
                             nursery.cancel_scope.cancel()
                     finally:
                         peer.connected = False
@@ -496,7 +558,55 @@ class PeerTransport:
             if peer.conn_scope is scope:
                 peer.conn_scope = None
 
-    async def _write_loop(self, peer: _Peer, stream: trio.SocketStream) -> None:
+    async def _secure_outbound(
+        self, peer: _Peer, stream: trio.SocketStream, addr: Address
+    ) -> trio.SSLStream[trio.SocketStream] | None:
+        """The TLS handshake of an outbound connection and the check that the certificate is
+        the peer's we meant to reach; None (logged, counted, not a peer-down) if either fails."""
+        assert self.tls is not None
+        secured = trio.SSLStream(stream, self.tls.client(), server_hostname=None)
+        why = ""
+        with trio.move_on_after(CONNECT_TIMEOUT) as handshake:
+            try:
+                await secured.do_handshake()
+            except _CONN_ERRORS as exc:
+                why = f"TLS handshake failed: {_tls_reason(exc)}"
+        if handshake.cancelled_caught:
+            why = "TLS handshake timed out"
+        if not why:
+            ident = self.tls.identify(secured.getpeercert(binary_form=True))
+            if ident == peer.node_id:
+                return secured
+            why = (
+                f"its certificate is node {ident}'s"
+                if isinstance(ident, int)
+                else f"its certificate is refused: {ident}"
+            )
+        self._refused += 1
+        self._log_refusal(
+            f"peer {peer.node_id}",
+            why,
+            "node %d: not talking to peer %d at %s:%d: %s",
+            self.node_id,
+            peer.node_id,
+            addr[0],
+            addr[1],
+            why,
+        )
+        return None
+
+    def _log_refusal(self, who: str, why: str, fmt: str, *args: object) -> None:
+        """Log a refusal at WARNING once per (who, why), later ones at DEBUG."""
+        key = (who, why)
+        if key in self._refusals_logged:
+            log.debug(fmt, *args)
+            return
+        if len(self._refusals_logged) >= _REFUSAL_MEMORY:
+            self._refusals_logged.clear()
+        self._refusals_logged.add(key)
+        log.warning(fmt, *args)
+
+    async def _write_loop(self, peer: _Peer, stream: trio.abc.Stream) -> None:
         """Write queued messages until the connection fails (then return) or is cancelled."""
         while True:
             while not peer.queue:
@@ -519,7 +629,8 @@ class PeerTransport:
                     peer.node_id,
                     exc,
                 )
-                if not isinstance(exc, trio.ClosedResourceError):  # that one we closed
+                # Not for our own close, nor for a TLS alert (alive, but refusing our certificate).
+                if not isinstance(exc, trio.ClosedResourceError) and not _tls_refusal(exc):
                     self._peer_down(peer.node_id)
                 return
             finally:
@@ -552,23 +663,40 @@ class PeerTransport:
         return b"".join(frames), len(frames)
 
     async def _watch_outbound(
-        self, peer: _Peer, stream: trio.SocketStream, conn: trio.CancelScope
+        self, peer: _Peer, stream: trio.abc.Stream, conn: trio.CancelScope
     ) -> None:
-        # The accepting side never writes, so any read completing means the connection is over.
-        # Noticing that now (rather than on the next failed write) lets us reconnect before the
-        # next message, so a restarted peer loses at most what was in flight.
+        # The accepting side only writes to refuse, so any read completing means the connection
+        # is over. Noticing that now (rather than on the next failed write) lets us reconnect
+        # before the next message, so a restarted peer loses at most what was in flight.
         try:
             data = await stream.receive_some(_RECV_SIZE)
         except _CONN_ERRORS as exc:
-            log.info("node %d: connection to peer %d lost: %s", self.node_id, peer.node_id, exc)
-            if not isinstance(exc, trio.ClosedResourceError):  # that one we closed
-                self._peer_down(peer.node_id)
-        else:
-            if data:
-                log.warning(
-                    "node %d: peer %d wrote on our outbound connection; reconnecting",
+            if _tls_refusal(exc):  # it alerted: alive, but it does not accept our certificate
+                self._refused += 1
+                why = f"it refused our certificate: {_tls_reason(exc)}"
+                self._log_refusal(
+                    f"peer {peer.node_id}",
+                    why,
+                    "node %d: peer %d: %s",
                     self.node_id,
                     peer.node_id,
+                    why,
+                )
+            else:
+                log.info("node %d: connection to peer %d lost: %s", self.node_id, peer.node_id, exc)
+                if not isinstance(exc, trio.ClosedResourceError):  # that one we closed
+                    self._peer_down(peer.node_id)
+        else:
+            if data:
+                self._refused += 1
+                why = _refusal_reason(data)
+                self._log_refusal(
+                    f"peer {peer.node_id}",
+                    why,
+                    "node %d: peer %d refused our connection (%s); reconnecting later",
+                    self.node_id,
+                    peer.node_id,
+                    why,
                 )
             else:
                 log.info("node %d: peer %d closed the connection", self.node_id, peer.node_id)
@@ -586,18 +714,78 @@ class PeerTransport:
     # ------------------------------------------------------------------ inbound
 
     async def _handle_inbound(self, stream: trio.SocketStream) -> None:
-        conn = _Inbound(_remote_name(stream))
-        try:
-            async with stream:
-                await self._serve_inbound(stream, conn)
-        except _CONN_ERRORS as exc:
-            log.info(
-                "node %d: inbound connection from %s failed: %s", self.node_id, conn.remote, exc
-            )
-            if conn.peer_id is not None and not isinstance(exc, trio.ClosedResourceError):
-                self._peer_down(conn.peer_id)
+        with trio.CancelScope() as scope:
+            conn = _Inbound(_remote_name(stream), scope)
+            try:
+                async with stream:
+                    if self.tls is None:
+                        await self._serve_inbound(stream, conn)
+                        return
+                    secured = trio.SSLStream(stream, self.tls.server(), server_side=True)
+                    async with secured:
+                        if await self._secure_inbound(secured, conn):
+                            await self._serve_inbound(secured, conn)
+            except _CONN_ERRORS as exc:
+                log.info(
+                    "node %d: inbound connection from %s failed: %s",
+                    self.node_id,
+                    conn.remote,
+                    exc,
+                )
+                if conn.peer_id is not None and not isinstance(exc, trio.ClosedResourceError):
+                    self._peer_down(conn.peer_id)
+            finally:
+                if conn.peer_id is not None:
+                    conns = self._inbound_conns.get(conn.peer_id)
+                    if conns is not None:
+                        conns.discard(conn)
+                        if not conns:
+                            del self._inbound_conns[conn.peer_id]
 
-    async def _serve_inbound(self, stream: trio.SocketStream, conn: _Inbound) -> None:
+    async def _secure_inbound(
+        self, stream: trio.SSLStream[trio.SocketStream], conn: _Inbound
+    ) -> bool:
+        """The TLS handshake of an accepted connection (bounded by HELLO_TIMEOUT) and the check
+        that the caller presented a server's certificate. False: refused (logged, counted)."""
+        assert self.tls is not None
+        why = ""
+        with trio.move_on_after(HELLO_TIMEOUT) as handshake:
+            try:
+                await stream.do_handshake()
+            except _CONN_ERRORS as exc:  # no certificate, another CA's, not TLS at all...
+                why = f"TLS handshake failed: {_tls_reason(exc)}"
+        if handshake.cancelled_caught:
+            why = "TLS handshake timed out"
+        handshake_done = not why
+        if handshake_done:
+            ident = self.tls.identify(stream.getpeercert(binary_form=True))
+            if isinstance(ident, int):
+                conn.cert_id = ident
+                return True
+            why = ident
+        self._refused += 1
+        host = conn.remote.rsplit(":", 1)[0]
+        self._log_refusal(
+            host,
+            why,
+            "node %d: refused peer connection from %s: %s",
+            self.node_id,
+            conn.remote,
+            why,
+        )
+        if handshake_done:  # a CA-signed certificate, but not a server's: say so
+            await self._send_refusal(stream, why)
+        else:  # the TLS alert saying why, which trio leaves unsent (see flush_tls_alert)
+            await flush_tls_alert(stream)
+        return False
+
+    async def _send_refusal(self, stream: trio.abc.Stream, why: str) -> None:
+        """The refusal frame (module doc): best effort, briefly."""
+        with trio.move_on_after(_REFUSAL_SEND_TIMEOUT):
+            with contextlib.suppress(*_CONN_ERRORS):
+                await stream.send_all(encode_frame(msgpack.packb({"refused": why[:200]})))
+
+    async def _serve_inbound(self, stream: trio.abc.Stream, conn: _Inbound) -> None:
         decoder = FrameDecoder(min(HELLO_MAX, self.max_frame))
         hello_deadline = trio.CancelScope(deadline=trio.current_time() + HELLO_TIMEOUT)
         with hello_deadline:
@@ -612,7 +800,10 @@ class PeerTransport:
                     decoder.feed(data)
                     while (payload := decoder.next_frame()) is not None:
                         if conn.peer_id is None:
-                            if not self._accept_hello(payload, stream, conn):
+                            refusal = self._accept_hello(payload, conn)
+                            if refusal is not None:
+                                if refusal:
+                                    await self._send_refusal(stream, refusal)
                                 return
                             hello_deadline.deadline = math.inf
                             decoder.max_frame = self.max_frame
@@ -637,18 +828,39 @@ class PeerTransport:
                 HELLO_TIMEOUT,
             )
 
-    def _accept_hello(self, payload: bytes, stream: trio.SocketStream, conn: _Inbound) -> bool:
+    def _accept_hello(self, payload: bytes, conn: _Inbound) -> str | None:
+        """Admit a connection by its hello (module doc): None if admitted, else why not ("" for
+        a malformed hello: no refusal frame for those, the caller is no peer of ours)."""
         hello = _parse_hello(payload)
         if isinstance(hello, str) or hello[0] == self.node_id:
             why = hello if isinstance(hello, str) else "it claims our own node id"
             self._dropped_bad_frame += 1
             log.warning("node %d: bad hello from %s (%s); closing", self.node_id, conn.remote, why)
-            return False
+            return ""
         peer_id, (host, port) = hello
+        refusal = ""
+        if conn.cert_id is not None and conn.cert_id != peer_id:
+            refusal = f"the certificate of node {conn.cert_id} announces node {peer_id}"
+        elif peer_id in self._removed:
+            refusal = f"node {peer_id} was removed from the cluster"
+        elif peer_id not in self._peers and not self.admit_unknown:
+            refusal = f"node {peer_id} is not a member of this server's cluster"
+        if refusal:
+            self._refused += 1
+            self._log_refusal(
+                f"node {peer_id}",
+                refusal,
+                "node %d: refused peer connection from %s: %s",
+                self.node_id,
+                conn.remote,
+                refusal,
+            )
+            return refusal
         conn.peer_id = peer_id
+        self._inbound_conns.setdefault(peer_id, set()).add(conn)
         if host in _WILDCARD_HOSTS:  # it listens everywhere; the address it came from will do
             host = conn.remote.rsplit(":", 1)[0].strip("[]")
-        if peer_id not in self._peers and peer_id not in self._removed:
+        if peer_id not in self._peers:
             log.info(
                 "node %d: learned address %s:%d of peer %d from its hello",
                 self.node_id,
@@ -660,7 +872,7 @@ class PeerTransport:
         log.debug(
             "node %d: inbound connection from peer %d (%s)", self.node_id, peer_id, conn.remote
         )
-        return True
+        return None
 
     def _deliver(self, payload: bytes, conn: _Inbound) -> None:
         try:
@@ -721,6 +933,54 @@ def _parse_hello(payload: bytes) -> tuple[NodeId, Address] | str:
     if not isinstance(host, str) or type(port) is not int or not 0 < port < 65536:
         return f"bad addr {addr!r}"
     return node_id, (host, port)
+
+
+async def flush_tls_alert(stream: trio.SSLStream[trio.SocketStream]) -> None:
+    """Send what a failed handshake left in the TLS engine's outgoing buffer (the alert that
+    tells the client why), which trio drops when the handshake raises: without it a client
+    cannot tell "your certificate is refused" from a crashed server. Best effort, briefly.
+    Relies on trio.SSLStream's `_outgoing` MemoryBIO (checked: trio 0.35); without it, no-op."""
+    outgoing = getattr(stream, "_outgoing", None)
+    if not isinstance(outgoing, ssl.MemoryBIO) or not outgoing.pending:
+        return
+    with (
+        trio.move_on_after(1.0),
+        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+    ):
+        await stream.transport_stream.send_all(outgoing.read())
+
+
+def _tls_refusal(exc: BaseException) -> bool:
+    """Whether a broken TLS stream broke because the other side sent an alert (it refused our
+    certificate), as opposed to a reset or an EOF (its process is gone)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return not isinstance(seen, ssl.SSLEOFError | ssl.SSLZeroReturnError)
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """The most telling message in an exception's cause chain (an SSLError's, if any)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return str(seen.reason or seen)
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
+
+
+def _refusal_reason(data: bytes | bytearray) -> str:
+    """The reason in a refusal frame (module doc), or a description of unexpected bytes."""
+    try:
+        payload = FrameDecoder(HELLO_MAX).receive_data(data)
+        obj: Any = msgpack.unpackb(payload[0], raw=False) if payload else None
+    except Exception:  # whatever it wrote, it is not talking Raft to us
+        obj = None
+    if isinstance(obj, dict) and isinstance(obj.get("refused"), str):
+        return str(obj["refused"])
+    return "it wrote on our outbound connection"
 
 
 def _refused(exc: OSError) -> bool:

@@ -286,6 +286,7 @@ def restore_data_dir(
         _write_raft(backup, staging / "raft.db", node_id, peer_addr)
         for name, (text, mode) in (files or {}).items():
             p = staging / name
+            p.parent.mkdir(mode=0o700, exist_ok=True)  # e.g. pki/ for the cluster CA
             p.write_text(text)
             p.chmod(mode)
         _fsync_dir(staging)

@@ -10,6 +10,15 @@ Invariants: a write is only retried automatically when it certainly did not take
 by a non-leader, reported lost, or never sent); if the connection breaks after a write was sent,
 `Indeterminate` is raised, because the write may or may not have been committed. Callers own
 timeouts (`trio.fail_after`).
+
+TLS: servers require mutual TLS on the client port (`api.auth.peercerts`). Give `tls`, either
+an `ssl.SSLContext` or a `ClientTLS` (paths of the cluster CA and a client certificate: an
+admin's, `ClientTLS.from_data_dir`, or a server's peer certificate). The server's certificate
+is verified against the CA and must be a server certificate (O system:orchestrator:servers);
+host names are not checked (servers are identified by certificate, not address). A server
+that refuses our certificate makes the request fail at once with `TLSRefused` (nothing was
+applied), not retry: that is a configuration error, not an outage. Without `tls` the client
+speaks plain TCP (in-process tests, whose servers run without TLS).
 """
 
 from __future__ import annotations
@@ -17,7 +26,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import os
+import ssl
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -51,6 +64,65 @@ class ClientError(Exception):
 
 class Indeterminate(ClientError):
     """The connection broke after the request was sent: it may or may not have taken effect."""
+
+
+class TLSRefused(ClientError):
+    """A TLS handshake failed or the server refused our certificate (or we refused its):
+    nothing was applied; retrying with the same credentials will not help."""
+
+
+SERVERS_GROUP = "system:orchestrator:servers"  # as `api.auth.peercerts.SERVERS_GROUP`
+
+
+@dataclass(frozen=True)
+class ClientTLS:
+    """Where a client's TLS credentials are: the cluster CA and a client certificate/key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def from_data_dir(cls, data_dir: str | os.PathLike[str]) -> ClientTLS:
+        """A server's admin client certificate (`DATA_DIR/pki/admin.crt`, written at start)."""
+        pki = Path(data_dir) / "pki"
+        return cls(pki / "ca.crt", pki / "admin.crt", pki / "admin.key")
+
+    def context(self) -> ssl.SSLContext:
+        """The client context (blocking file I/O); OSError/ssl.SSLError if a file is bad."""
+        return client_context(self.ca.read_bytes(), str(self.cert), str(self.key))
+
+
+def client_context(ca_pem: bytes, certfile: str, keyfile: str) -> ssl.SSLContext:
+    """TLS 1.3, the server verified against `ca_pem` (not its host name), our certificate."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=ca_pem.decode("ascii"))
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    ctx.check_hostname = False  # servers are identified by certificate, not address
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_cert_chain(certfile=certfile, keyfile=keyfile)
+    return ctx
+
+
+def _is_server_cert(cert: dict[str, Any] | None) -> bool:
+    """Whether a verified peer certificate (`getpeercert()` form) is a server's."""
+    for rdn in (cert or {}).get("subject", ()):
+        for name, value in rdn:
+            if name == "organizationName" and value == SERVERS_GROUP:
+                return True
+    return False
+
+
+def _tls_alert(exc: BaseException) -> str | None:
+    """The reason of a TLS error in exc's cause chain (an alert, a failed verification), or
+    None when the connection just broke (reset, EOF)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            if isinstance(seen, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+                return None
+            return str(seen.reason or seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 _STORE_ERRORS: dict[str, type[StoreError]] = {
@@ -104,8 +176,9 @@ _NOT_SENT = object()  # the answer to a queued request whose frame was never sen
 
 
 class _Conn:
-    def __init__(self, stream: trio.SocketStream) -> None:
+    def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
+        self.refused = ""  # why the server refused us (TLS alert or refusal answer), if it did
         self.pending: dict[int, tuple[trio.Event, list[Any]]] = {}
         self.streams: dict[int, trio.MemorySendChannel[tuple[str, Any]]] = {}  # watches
         self.closed = False
@@ -166,6 +239,9 @@ class _Conn:
                     break
                 for frame in decoder.receive_data(data):
                     rid, status, value = msgpack.unpackb(frame, strict_map_key=False)
+                    if rid is None and status == "refused":  # the server's last word
+                        self.refused = str(value)
+                        continue
                     stream = self.streams.get(rid)
                     if stream is not None:
                         try:
@@ -177,8 +253,10 @@ class _Conn:
                     if slot is not None:
                         slot[1].extend((status, value))
                         slot[0].set()
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
-            pass
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError) as exc:
+            alert = _tls_alert(exc)
+            if alert is not None:
+                self.refused = alert
         finally:
             self.closed = True
             self._fail_unsent()  # queued but never sent: safe to retry
@@ -193,10 +271,18 @@ class _Conn:
 
 
 class StoreClient:
-    def __init__(self, endpoints: list[str], *, retry_delay: float = 0.05) -> None:
+    def __init__(
+        self,
+        endpoints: list[str],
+        *,
+        retry_delay: float = 0.05,
+        tls: ssl.SSLContext | ClientTLS | None = None,
+    ) -> None:
         if not endpoints:
             raise ValueError("at least one endpoint is needed")
         self.endpoints = list(endpoints)
+        # Built once here (blocking file I/O, at start): every connection shares the context.
+        self.tls = tls.context() if isinstance(tls, ClientTLS) else tls
         self.retry_delay = retry_delay
         self._conns: dict[str, _Conn] = {}
         self._ids: dict[int, str] = {}  # node id -> client endpoint, learned from status
@@ -213,7 +299,15 @@ class StoreClient:
     async def __aexit__(self, *exc: object) -> bool | None:
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
-        return await self._cm.__aexit__(*exc)  # type: ignore[arg-type]  # passes through
+        try:
+            return await self._cm.__aexit__(*exc)  # type: ignore[arg-type]  # passes through
+        except BaseExceptionGroup as group:
+            # The caller's own error (TLSRefused, Indeterminate, ...) comes out as itself, not
+            # wrapped in the group of our connection tasks' nursery, which only cancelled.
+            error = exc[1]
+            if isinstance(error, BaseException) and group.exceptions == (error,):
+                raise error from None
+            raise
 
     # ------------------------------------------------------------------ operations
     async def put(self, key: str, value: bytes) -> bool:
@@ -423,12 +517,34 @@ class StoreClient:
             conn = self._conns.get(endpoint)
             if conn is None or conn.closed:
                 host, port = parse_addr(endpoint)
-                stream = await trio.open_tcp_stream(host, port)
+                stream = await self._connect(endpoint, host, port)
                 conn = self._conns[endpoint] = _Conn(stream)
                 assert self._nursery is not None
                 self._nursery.start_soon(conn.reader)
                 self._nursery.start_soon(conn.writer)
             return conn
+
+    async def _connect(self, endpoint: str, host: str, port: int) -> trio.abc.Stream:
+        """A connection to a server, over TLS when configured (module doc)."""
+        sock = await trio.open_tcp_stream(host, port)
+        if self.tls is None:
+            return sock
+        stream = trio.SSLStream(sock, self.tls, server_hostname=None)
+        try:
+            await stream.do_handshake()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            await trio.aclose_forcefully(stream)
+            alert = _tls_alert(exc)
+            if alert is None:
+                raise OSError(f"connection to {endpoint} lost during the TLS handshake") from exc
+            raise TLSRefused(f"{endpoint}: TLS handshake failed: {alert}") from None
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        if not _is_server_cert(stream.getpeercert()):
+            await trio.aclose_forcefully(stream)
+            raise TLSRefused(f"{endpoint} is not an orchestrator server (not a server certificate)")
+        return stream
 
     async def call_once(self, endpoint: str, op: str, *args: Any) -> Any:
         """One request to one server; raises RequestFailed for a non-"ok" answer."""
@@ -446,6 +562,8 @@ class StoreClient:
             await ev.wait()
         finally:
             conn.pending.pop(rid, None)
+        if not result and conn.refused:  # never served: the server did not accept us
+            raise TLSRefused(f"{endpoint} refused this client: {conn.refused}")
         if result and result[0] is _NOT_SENT:
             raise OSError(f"connection to {endpoint} closed before {op} was sent")
         if not result:

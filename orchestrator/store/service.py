@@ -23,6 +23,14 @@ every watch ends with "canceled" (reason "server shutting down": `StoreClient` r
 another server), every connection stops reading requests, answers the ones it has read and
 closes. The caller bounds the wait (a backup may stream for long).
 
+Authentication: a server's client port runs mutual TLS (`ServiceTLS`: TLS 1.3, client
+certificate required and verified against the cluster CA by the handshake); after the handshake
+`ServiceTLS.identify` must accept the certificate (a server's peer certificate or an admin's,
+`api.auth.peercerts.client_port_identity`). A refused connection gets one answer frame
+`[nil, "refused", reason]` and is closed, before any request is read; refusals are logged once
+per remote host and reason. Without `tls` (in-process tests and benchmarks only) the port is
+plain TCP and unauthenticated.
+
 Invariants: a bad frame or an unknown op is answered with "error" (or, for an unreadable frame,
 the connection is closed) and changes nothing; "ok" for a write means it is committed and
 applied on this server; nothing a client sends can stop the server; a request read before a
@@ -34,8 +42,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Iterator
+import ssl
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -56,6 +66,7 @@ from ..raft.node import (
     promote_change,
     remove_change,
 )
+from ..raft.transport import flush_tls_alert
 from .mvcc import SCHEMA_VERSION
 from .raftstore import RaftStore
 from .types import (
@@ -81,10 +92,33 @@ STORE_OPS = frozenset(
     {"put", "cas", "delete", "get", "create", "update", "remove_key", "kv", "range", "revision"}
 )
 MAX_IN_FLIGHT_PER_CONN = 1024
+HANDSHAKE_TIMEOUT = 10.0  # an accepted connection that has not completed TLS by then is closed
+_READ_SIZE = 256 * 1024  # bytes per read: fewer, larger reads under load (TLS or not)
+_REFUSALS_REMEMBERED = 1024
+
+
+@dataclass(frozen=True)
+class ServiceTLS:
+    """The client port's TLS: `context()` the CURRENT server context for a new connection (a
+    renewed certificate is used from then on); `identify(der)` who a verified client
+    certificate (DER) is, or None to refuse it."""
+
+    context: Callable[[], ssl.SSLContext]
+    identify: Callable[[bytes | None], str | None]
 
 
 class BadRequest(ValueError):
     pass
+
+
+def _cause(exc: BaseException) -> str:
+    """The most telling message in exc's cause chain (an SSLError's reason, if any)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError):
+            return str(seen.reason or seen)
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
 
 
 def _str(v: Any, what: str) -> str:
@@ -131,9 +165,18 @@ def _error_value(exc: StoreError) -> list[Any]:
 
 class ClientService:
     def __init__(
-        self, store: RaftStore, listen: str, *, token: str = "", request_timeout: float = 10.0
+        self,
+        store: RaftStore,
+        listen: str,
+        *,
+        token: str = "",
+        request_timeout: float = 10.0,
+        tls: ServiceTLS | None = None,
     ) -> None:
         self.token = token  # a joining server must present it
+        self.tls = tls
+        self.refused = 0  # connections refused by TLS or by identity
+        self._refusals_logged: set[tuple[str, str]] = set()
         # Bounds a request when there is no quorum (the store gives up earlier, with NoQuorum).
         self.request_timeout = request_timeout
         self.store = store
@@ -188,7 +231,45 @@ class ClientService:
             finally:
                 self._stoppable.discard(scope)
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _serve(self, sock: trio.SocketStream) -> None:
+        if self.tls is None:
+            await self._serve_stream(sock)
+            return
+        stream = trio.SSLStream(sock, self.tls.context(), server_side=True)
+        why = ""
+        try:
+            with trio.move_on_after(HANDSHAKE_TIMEOUT) as handshake:
+                await stream.do_handshake()
+            if handshake.cancelled_caught:
+                why = "TLS handshake timed out"
+            elif self.tls.identify(stream.getpeercert(binary_form=True)) is None:
+                why = "this certificate may not use the client port (servers and admins only)"
+                with trio.move_on_after(1.0), suppress(trio.BrokenResourceError):
+                    await stream.send_all(encode_frame(msgpack.packb([None, "refused", why])))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            why = f"TLS handshake failed: {_cause(exc)}"
+        if why:
+            self._refuse(sock, why)
+            await flush_tls_alert(stream)
+            await trio.aclose_forcefully(stream)
+            return
+        await self._serve_stream(stream)
+
+    def _refuse(self, sock: trio.SocketStream, why: str) -> None:
+        """Count a refused connection; log it once per remote host and reason."""
+        self.refused += 1
+        try:
+            host = str(sock.socket.getpeername()[0])
+        except OSError:
+            host = "?"
+        key = (host, why)
+        level = logging.DEBUG if key in self._refusals_logged else logging.WARNING
+        if len(self._refusals_logged) >= _REFUSALS_REMEMBERED:
+            self._refusals_logged.clear()
+        self._refusals_logged.add(key)
+        log.log(level, "node %d: refused client connection from %s: %s", self.node.id, host, why)
+
+    async def _serve_stream(self, stream: trio.abc.Stream) -> None:
         decoder = FrameDecoder(MAX_CLIENT_FRAME)
         # Each request task holds a clone of the send side; the writer stops once the reader
         # and every request task have closed theirs, so no answer is cut off.
@@ -201,7 +282,7 @@ class ClientService:
                 async with send_q:
                     with self._until_drained():
                         while True:
-                            data = await stream.receive_some(65536)
+                            data = await stream.receive_some(_READ_SIZE)
                             if not data:
                                 break
                             for frame in decoder.receive_data(data):
@@ -272,7 +353,7 @@ class ClientService:
         self.store.submit_write(data, done)
         return True
 
-    async def _writer(self, stream: trio.SocketStream, q: trio.MemoryReceiveChannel[bytes]) -> None:
+    async def _writer(self, stream: trio.abc.Stream, q: trio.MemoryReceiveChannel[bytes]) -> None:
         async with q:
             async for frame in q:
                 batch = [frame]

@@ -733,9 +733,11 @@ def test_watch_bookmarks(core: client.CoreV1Api, ns: str) -> None:
 
 
 def _compact(endpoint: str) -> int:
+    from cluster import admin_tls
+
     async def run() -> int:
         with trio.fail_after(10):
-            async with StoreClient([endpoint]) as store:
+            async with StoreClient([endpoint], tls=admin_tls()) as store:
                 revision = await store.revision()
                 await store.compact(revision)
                 return revision

@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 import pytest
 import trio
-from cluster import Cluster, check_reads, raw_request
+from cluster import Cluster, admin_tls, check_reads, raw_request
 
 from orchestrator.raft.codec import encode_message
 from orchestrator.raft.framing import FrameDecoder, encode_frame
@@ -116,15 +116,19 @@ def hello(node_id: int, port: int = 1) -> bytes:
     return encode_frame(msgpack.packb({"id": node_id, "addr": ["127.0.0.1", port]}))
 
 
-async def expect_closed(stream: trio.SocketStream, *, within: float = 5.0) -> None:
-    """The server closes the connection (EOF or reset) without writing anything."""
+async def expect_closed(
+    stream: trio.abc.Stream, *, within: float = 5.0, may_write: bool = False
+) -> None:
+    """The server closes the connection (EOF or reset) without writing anything (but a TLS
+    alert or a refusal frame, with `may_write`)."""
     with trio.fail_after(within):
         try:
             while True:
                 data = await stream.receive_some(65536)
                 if not data:
                     return
-                raise AssertionError(f"the peer port wrote {data!r}")
+                if not may_write:
+                    raise AssertionError(f"the peer port wrote {data!r}")
         except (trio.BrokenResourceError, ConnectionResetError):
             return
 
@@ -133,11 +137,26 @@ async def open_peer(cluster: Any, i: int) -> trio.SocketStream:
     return await trio.open_tcp_stream("127.0.0.1", cluster.servers[i].peer_port)
 
 
-async def open_client(cluster: Any, i: int) -> trio.SocketStream:
-    return await trio.open_tcp_stream("127.0.0.1", cluster.servers[i].client_port)
+async def open_peer_as(cluster: Any, i: int, data_dir: Path) -> trio.SSLStream[Any]:
+    """A TLS connection to server i's peer port with the peer certificate in data_dir/pki."""
+    from pkikit import client_context
+
+    pki = data_dir / "pki"
+    ctx = client_context(data_dir, pki / "peer.crt", pki / "peer.key")
+    stream = trio.SSLStream(await open_peer(cluster, i), ctx, server_hostname=None)
+    await stream.do_handshake()
+    return stream
 
 
-async def read_responses(stream: trio.SocketStream, count: int) -> list[list[Any]]:
+async def open_client(cluster: Any, i: int) -> trio.SSLStream[trio.SocketStream]:
+    """An admin's TLS connection to server i's client port (handshake done)."""
+    sock = await trio.open_tcp_stream("127.0.0.1", cluster.servers[i].client_port)
+    stream = trio.SSLStream(sock, admin_tls(), server_hostname=None)
+    await stream.do_handshake()
+    return stream
+
+
+async def read_responses(stream: trio.abc.Stream, count: int) -> list[list[Any]]:
     """Read `count` response frames (fewer if the server closes the connection)."""
     decoder = FrameDecoder(64 << 20)
     out: list[list[Any]] = []
@@ -180,7 +199,7 @@ async def test_acknowledged_writes_survive_leader_kills(tmp_path: Path) -> None:
         await cluster.wait_leader()
         acked: dict[str, bytes] = {}
         indeterminate: dict[str, bytes] = {}
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             for cycle in range(2):
                 stop = trio.Event()
                 async with trio.open_nursery() as nursery:
@@ -252,7 +271,7 @@ async def test_follower_catches_up_from_a_snapshot(tmp_path: Path) -> None:
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             await write_keys(kv, [f"early-{i}" for i in range(5)])
             before = await cluster.wait_caught_up(follower)
             cluster.kill(follower)
@@ -291,68 +310,70 @@ async def test_follower_catches_up_from_a_snapshot(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------------- c
 async def test_hostile_input_on_the_peer_port_changes_nothing(tmp_path: Path) -> None:
-    """Garbage, oversized frames, unknown message types and vote requests from a non-member
-    with a huge term on the peer port: every server keeps running, no term jumps and writes
-    keep succeeding."""
+    """Garbage and plain TCP (no TLS), a non-member's CA-signed peer certificate, then on a
+    member's own (stolen) certificate oversized, undecodable and misrouted frames: every server
+    keeps running, no term jumps and writes keep succeeding."""
+    from cluster import CLUSTER_TOKEN
+    from pkikit import server_pki
+
     with trio.fail_after(60), Cluster(tmp_path, 3, tick_ms=100, api=False) as cluster:
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             await write_keys(kv, ["stable-0", "stable-1"])
             terms_before = await terms(cluster)
 
-            # Streams the server must close.
+            # Streams the server must close: none of them is TLS (it may answer an alert).
             for payload in (
-                b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # "GET " read as a 1.2 GB length
-                b"\xff\xff\xff\xff" + b"\x00" * 64,  # oversized length header before any hello
-                encode_frame(b"\xc1\xc1\xc1"),  # a hello that is not msgpack
-                encode_frame(msgpack.packb([1, 2, 3])),  # a hello that is not a map
-                hello(OUTSIDER) + b"\xff\xff\xff\xff",  # oversized header after a valid hello
+                b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"\xff\xff\xff\xff" + b"\x00" * 64,
+                encode_frame(b"\xc1\xc1\xc1"),
+                hello(OUTSIDER) + b"\xff\xff\xff\xff",
             ):
                 s = await open_peer(cluster, follower)
                 async with s:
                     await s.send_all(payload)
-                    await expect_closed(s)
+                    await expect_closed(s, may_write=True)
                 await cluster.wait_ready(follower, within=5)  # raises ServerDied if it crashed
 
-            # Frames that are dropped one by one on a connection that survives,
-            # then a well-formed vote request (and a vote) from a non-member with a huge term,
-            # to every server.
-            bad_frames = [
-                msgpack.packb("just a string"),
-                msgpack.packb([1, 2, 3]),  # wrong arity
-                msgpack.packb([999, 1, OUTSIDER, 1, 0, 0, [], 0, False, 0, None, b""]),  # type 999
-                msgpack.packb([1, 1, OUTSIDER, -5, 0, 0, [], 0, False, 0, None, b""]),  # bad term
-                b"\xc1",  # not msgpack
-            ]
+            # A non-member with a certificate of this cluster's CA, calling with a huge term:
+            # refused after its hello, nothing reaches Raft.
+            outsider = tmp_path / "outsider"
+            server_pki(outsider, OUTSIDER, CLUSTER_TOKEN)
             for i in range(3):
                 me = cluster.node_id(i)
-                votes = [
-                    Message(
-                        MsgType.PRE_VOTE,
-                        me,
-                        OUTSIDER,
-                        HUGE_TERM,
-                        log_term=HUGE_TERM,
-                        index=HUGE_TERM,
-                    ),
-                    Message(
-                        MsgType.VOTE, me, OUTSIDER, HUGE_TERM, log_term=HUGE_TERM, index=HUGE_TERM
-                    ),
-                ]
-                s = await open_peer(cluster, i)
-                async with s:
-                    await s.send_all(
-                        hello(OUTSIDER)
-                        + b"".join(encode_frame(f) for f in bad_frames)
-                        + b"".join(encode_frame(encode_message(m)) for m in votes)
-                    )
-                    # The votes came after the bad frames on the same connection: seeing them
-                    # dropped proves the connection survived the bad frames.
-                    await wait_for_log(cluster, i, f"dropped VOTE from non-member {OUTSIDER}")
-                assert f"dropped PRE_VOTE from non-member {OUTSIDER}" in cluster.log_text(i)
-                assert "dropping undecodable frame" in cluster.log_text(i)
+                vote = Message(
+                    MsgType.VOTE, me, OUTSIDER, HUGE_TERM, log_term=HUGE_TERM, index=HUGE_TERM
+                )
+                s2 = await open_peer_as(cluster, i, outsider)
+                async with s2:
+                    await s2.send_all(hello(OUTSIDER) + encode_frame(encode_message(vote)))
+                    await expect_closed(s2, may_write=True)
+                await wait_for_log(cluster, i, f"node {OUTSIDER} is not a member")
+
+            # Bad frames on a member's certificate: dropped one by one on a connection that
+            # survives (the misrouted message after them is seen; at most 5 complaints per
+            # connection are logged at WARNING).
+            bad_frames = [
+                msgpack.packb("just a string"),
+                msgpack.packb([999, 1, 2, 1, 0, 0, [], 0, False, 0, None, b""]),  # type 999
+                msgpack.packb([1, 1, 2, -5, 0, 0, [], 0, False, 0, None, b""]),  # bad term
+                b"\xc1",  # not msgpack
+            ]
+            i = follower
+            j = (follower + 1) % 3
+            member = cluster.servers[j].data_dir
+            misrouted = Message(MsgType.HEARTBEAT, OUTSIDER, cluster.node_id(j), 1)
+            s3 = await open_peer_as(cluster, i, member)
+            async with s3:
+                await s3.send_all(
+                    hello(cluster.node_id(j))
+                    + b"".join(encode_frame(f) for f in bad_frames)
+                    + encode_frame(encode_message(misrouted))
+                )
+                await wait_for_log(cluster, i, "dropping HEARTBEAT from")
+            assert "dropping undecodable frame" in cluster.log_text(i)
             cluster.check_alive()
             assert await terms(cluster) == terms_before
             await write_keys(kv, ["after-peer-garbage"])
@@ -369,10 +390,11 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
         cluster.start()
         leader = await cluster.wait_leader()
         founders = ",".join(cluster.endpoints)
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             early = [f"early-{i}" for i in range(20)]
             await write_keys(kv, early)
 
+            admin_dir = str(cluster.servers[0].data_dir)  # its admin certificate, for the CLI
             new = cluster.add_server(join=True)
             new_id = cluster.node_id(new)
             st = await cluster.wait_ready(new)
@@ -384,6 +406,8 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
                 "add-learner",
                 str(new_id),
                 cluster.peer_addr(new),
+                "--data-dir",
+                str(cluster.servers[0].data_dir),
                 "--endpoints",
                 founders,
             )
@@ -395,7 +419,9 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
                 kv, {k: value_for(k) for k in early}, {}, stale_endpoint=cluster.endpoint(new)
             )
 
-            await cli("member", "promote", str(new_id), "--endpoints", founders)
+            await cli(
+                "member", "promote", str(new_id), "--data-dir", admin_dir, "--endpoints", founders
+            )
 
             async def voters_are(expected: list[int]) -> bool:
                 lead = await cluster.leader_index()
@@ -413,7 +439,13 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
             victim = next(i for i in range(3) if i != leader)
             victim_id = cluster.node_id(victim)
             await cli(
-                "member", "remove", str(victim_id), "--endpoints", ",".join(cluster.endpoints)
+                "member",
+                "remove",
+                str(victim_id),
+                "--data-dir",
+                admin_dir,
+                "--endpoints",
+                ",".join(cluster.endpoints),
             )
             remaining = sorted({1, 2, 3, new_id} - {victim_id})
             await cluster.wait_until(
@@ -429,7 +461,9 @@ async def test_membership_changes_through_the_cli(tmp_path: Path) -> None:
             live = [cluster.endpoint(i) for i in cluster.running()]
             for i in cluster.running():
                 await cluster.wait_caught_up(i)
-            out = await cli("status", "--endpoints", ",".join(live), "-o", "json")
+            out = await cli(
+                "status", "--data-dir", admin_dir, "--endpoints", ",".join(live), "-o", "json"
+            )
             report = json.loads(out)
             assert set(report) == set(live)
             for ep, st in report.items():
@@ -456,7 +490,7 @@ async def test_hostile_input_on_the_client_port_changes_nothing(tmp_path: Path) 
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             await write_keys(kv, ["stable-0", "stable-1"])
             terms_before = await terms(cluster)
             await cluster.wait_caught_up(follower)
@@ -513,9 +547,10 @@ async def test_hostile_input_on_the_client_port_changes_nothing(tmp_path: Path) 
 
             # A client that resets its connection (SO_LINGER 0) with a request in flight.
             s = await open_client(cluster, follower)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            raw = s.transport_stream
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             await s.send_all(encode_frame(msgpack.packb([1, "status", []])))
-            s.socket.close()  # RST instead of FIN
+            raw.socket.close()  # RST instead of FIN
             # Its answer is lost; the next client is served as usual.
             await cluster.wait_ready(follower, within=5)
 
@@ -540,13 +575,21 @@ async def test_heartbeat_from_a_non_member_does_not_raise_the_term(tmp_path: Pat
         follower = (leader + 1) % 3
         before = await terms(cluster)
         beat = Message(MsgType.HEARTBEAT, cluster.node_id(follower), OUTSIDER, HUGE_TERM)
-        s = await open_peer(cluster, follower)
+        from cluster import CLUSTER_TOKEN
+        from pkikit import server_pki
+
+        server_pki(tmp_path / "outsider", OUTSIDER, CLUSTER_TOKEN)  # the cluster CA's, even
+        s = await open_peer_as(cluster, follower, tmp_path / "outsider")
         async with s:
             await s.send_all(hello(OUTSIDER) + encode_frame(encode_message(beat)))
 
-            async def handled() -> bool:  # dropped (the fix) or obeyed (the bug)
+            async def handled() -> bool:  # refused (mTLS), dropped (the fix) or obeyed (the bug)
                 text = cluster.log_text(follower)
-                return f"from non-member {OUTSIDER}" in text or f"leader is now {OUTSIDER}" in text
+                return (
+                    f"node {OUTSIDER} is not a member" in text
+                    or f"from non-member {OUTSIDER}" in text
+                    or f"leader is now {OUTSIDER}" in text
+                )
 
             await cluster.wait_until(handled, within=5, what="the heartbeat to be handled")
         assert await terms(cluster) == before
@@ -557,10 +600,12 @@ async def test_a_term_beyond_64_bits_does_not_crash_the_server(tmp_path: Path) -
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        beat = Message(MsgType.HEARTBEAT, cluster.node_id(follower), OUTSIDER, 2**63)
-        s = await open_peer(cluster, follower)
+        member = (follower + 1) % 3  # on a member's certificate: non-members are refused
+        sender = cluster.node_id(member)
+        beat = Message(MsgType.HEARTBEAT, cluster.node_id(follower), sender, 2**63)
+        s = await open_peer_as(cluster, follower, cluster.servers[member].data_dir)
         async with s:
-            await s.send_all(hello(OUTSIDER) + encode_frame(encode_message(beat)))
+            await s.send_all(hello(sender) + encode_frame(encode_message(beat)))
             # Refused at decoding: terms and indexes must fit SQLite's signed 64-bit INTEGER.
             await wait_for_log(cluster, follower, "dropping undecodable frame", within=3)
         await cluster.wait_leader()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from cluster import Cluster
+from cluster import Cluster, admin_tls
 
 from orchestrator.store.client import StoreClient
 
@@ -25,7 +25,7 @@ def test_concurrent_linearizable_reads_on_every_server(tmp_path: Path) -> None:
         with Cluster(tmp_path, size=3, tick_ms=100, log_level="warning", api=False) as cluster:
             cluster.start()
             await cluster.wait_leader(within=30)
-            async with StoreClient(cluster.endpoints) as kv:
+            async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
                 with trio.fail_after(30):
                     await kv.put("/k", b"v")
                     for i in range(3):

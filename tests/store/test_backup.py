@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import trio
-from cluster import CLUSTER_TOKEN, REPO_ROOT, Cluster
+from cluster import CLUSTER_TOKEN, REPO_ROOT, Cluster, admin_tls
 
 from orchestrator.cli import status as status_cli
 from orchestrator.cli.main import main
@@ -247,7 +247,10 @@ async def test_backup_during_live_writes_restores_every_acknowledged_write(
         old.start()
         await old.wait_leader()
         backup = tmp_path / "store.bak"
-        async with StoreClient(old.endpoints) as kv, trio.open_nursery() as nursery:
+        async with (
+            StoreClient(old.endpoints, tls=admin_tls()) as kv,
+            trio.open_nursery() as nursery,
+        ):
             stop = trio.Event()
 
             async def writer(w: int) -> None:
@@ -267,7 +270,13 @@ async def test_backup_during_live_writes_restores_every_acknowledged_write(
             await old.wait_until(lambda: written(300), within=30, what="300 writes")
             acked_before_backup.update(acked)
             out = await _orchestrator(
-                "backup", "--out", str(backup), "--endpoints", ",".join(old.endpoints)
+                "backup",
+                "--out",
+                str(backup),
+                "--data-dir",
+                str(old.servers[0].data_dir),
+                "--endpoints",
+                ",".join(old.endpoints),
             )
             more = len(acked_before_backup) + 300  # writes kept flowing during the backup
             await old.wait_until(lambda: written(more), within=30, what="more writes")
@@ -279,7 +288,7 @@ async def test_backup_during_live_writes_restores_every_acknowledged_write(
         await _restore(backup, new)
         new.start()
         await new.wait_leader()
-        async with StoreClient(new.endpoints) as kv:
+        async with StoreClient(new.endpoints, tls=admin_tls()) as kv:
             kvs, rev, token = await kv.range("w")
             assert token is None
             assert rev >= revision
@@ -308,7 +317,7 @@ async def test_backup_during_live_writes_restores_every_acknowledged_write(
 
             await new.wait_until(promoted, within=40, what="the joiner to be promoted")
             await new.wait_caught_up(j)
-        async with StoreClient([joiner.endpoint]) as kv:
+        async with StoreClient([joiner.endpoint], tls=admin_tls()) as kv:
             probe = next(iter(expected))
             assert await kv.get(probe, linearizable=False) == expected[probe][0]
         new.check_alive()
@@ -353,7 +362,15 @@ async def test_api_objects_survive_the_round_trip(tmp_path: Path) -> None:
             pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
             await c.create(PODS, pod)
         backup = tmp_path / "api.bak"
-        await _orchestrator("backup", "--out", str(backup), "--endpoints", old.endpoint(0))
+        await _orchestrator(
+            "backup",
+            "--out",
+            str(backup),
+            "--data-dir",
+            str(old.servers[0].data_dir),
+            "--endpoints",
+            old.endpoint(0),
+        )
         old.stop_all()  # the old cluster is gone
 
         # A wrong --token is refused by restore itself ...

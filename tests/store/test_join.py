@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import trio
-from cluster import Cluster
+from cluster import Cluster, admin_tls
 
 from orchestrator.store.client import StoreClient
 
@@ -50,7 +50,7 @@ async def test_servers_join_with_the_token_and_are_promoted(tmp_path: Path) -> N
         token = (cluster.servers[0].data_dir / "token").read_text().strip()
         assert token.startswith("orch-")
 
-        async with StoreClient(cluster.endpoints) as client:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as client:
             await client.put("before", b"1")
 
         joined = []
@@ -67,7 +67,8 @@ async def test_servers_join_with_the_token_and_are_promoted(tmp_path: Path) -> N
             await cluster.wait_until(promoted, within=30, what=f"node {nid} promoted")
         assert sorted(await voters(cluster, 0)) == sorted(cluster.node_id(i) for i in (0, *joined))
 
-        # A server with the wrong token is refused and exits with a clear error.
+        # A server with the wrong token derives another CA: the client port's handshake refuses
+        # it, and it exits with one line saying how to join instead.
         bad = cluster.add_server(start=False)
         cluster.join_via[bad] = (cluster.endpoint(0), "orch-wrong")
         cluster.start_server(bad)
@@ -78,13 +79,13 @@ async def test_servers_join_with_the_token_and_are_promoted(tmp_path: Path) -> N
             lambda: _exited(proc), within=30, what="the refused server to exit"
         )
         assert proc.returncode == 1
-        assert "wrong token" in cluster.log_text(bad)
+        assert "join with --server URL" in cluster.log_text(bad)
         assert cluster.node_id(bad) not in await voters(cluster, 0)
 
         # The grown cluster no longer needs its founder.
         cluster.kill(0)
         await cluster.wait_leader(exclude=[0])
-        async with StoreClient([cluster.endpoint(i) for i in joined]) as client:
+        async with StoreClient([cluster.endpoint(i) for i in joined], tls=admin_tls()) as client:
             await client.put("after", b"2")
             assert await client.get("before") == b"1"
             assert await client.get("after") == b"2"

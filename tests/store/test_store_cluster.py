@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 import trio
-from cluster import Cluster, check_reads
+from cluster import Cluster, admin_tls, check_reads
 
 from orchestrator.sim.linearizability import Operation, check_history
 from orchestrator.store.client import Indeterminate, RequestFailed, StoreClient
@@ -154,7 +154,7 @@ class WatchLog:
 
 
 async def watch_into(endpoints: list[str], prefix: str, start: int, log: WatchLog) -> None:
-    async with StoreClient(endpoints) as w:
+    async with StoreClient(endpoints, tls=admin_tls()) as w:
         async for events, revision in w.watch(prefix, start):
             log.events.extend(events)
             log.revision = max(log.revision, revision)
@@ -193,7 +193,10 @@ async def delete_surely(kv: StoreClient, key: str) -> None:
 async def watch_until(endpoint: str, prefix: str, start: int, end: int) -> list[Event]:
     """The events a watch on one server from `start` delivers up to revision `end`."""
     got: list[Event] = []
-    async with StoreClient([endpoint]) as w, aclosing(w.watch(prefix, start)) as stream:
+    async with (
+        StoreClient([endpoint], tls=admin_tls()) as w,
+        aclosing(w.watch(prefix, start)) as stream,
+    ):
         with trio.fail_after(10):
             async for events, revision in stream:
                 got.extend(events)
@@ -329,7 +332,10 @@ async def test_linearizable_and_watchers_complete_under_crashes_and_partition(
     ):
         cluster.start()
         await cluster.wait_leader()
-        async with StoreClient(cluster.endpoints) as kv, StoreClient(cluster.endpoints) as ctl:
+        async with (
+            StoreClient(cluster.endpoints, tls=admin_tls()) as kv,
+            StoreClient(cluster.endpoints, tls=admin_tls()) as ctl,
+        ):
             start_rev = await kv.revision()
             stop = trio.Event()
             async with trio.open_nursery() as watchers:
@@ -451,7 +457,7 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
         model: dict[str, bytes] = {}
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             for k in keys[:4]:
                 await put_surely(kv, k, b"early")
                 model[k] = b"early"
@@ -532,7 +538,7 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
 
             # A watch from a compacted revision raises Compacted (on the follower as well).
             for eps in ([fep], cluster.endpoints):
-                async with StoreClient(eps) as w:
+                async with StoreClient(eps, tls=admin_tls()) as w:
                     with trio.fail_after(10), pytest.raises(Compacted) as info:
                         await drain_watch(w, prefix, 2)
                     assert info.value.compact_revision == compact_rev
@@ -553,6 +559,8 @@ async def test_follower_restarted_after_compaction_catches_up_by_snapshot(tmp_pa
                 "-m",
                 "orchestrator",
                 "status",
+                "--data-dir",
+                str(cluster.servers[0].data_dir),
                 "--endpoints",
                 ",".join(cluster.endpoints),
                 "-o",
@@ -577,7 +585,7 @@ async def test_power_loss_of_every_server_keeps_acknowledged_writes(tmp_path: Pa
         acked: dict[str, bytes] = {}
         unknown: dict[str, bytes] = {}
 
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
 
             async def writer(w: int) -> None:
                 for seq in range(10**9):
@@ -637,7 +645,7 @@ async def test_watch_on_a_follower_that_installed_a_snapshot_misses_no_event(
         cluster.start()
         leader = await cluster.wait_leader()
         follower = (leader + 1) % 3
-        async with StoreClient(cluster.endpoints) as kv:
+        async with StoreClient(cluster.endpoints, tls=admin_tls()) as kv:
             for i in range(3):
                 await put_surely(kv, f"{prefix}early-{i}", b"early")
             before = await cluster.wait_caught_up(follower)
@@ -696,8 +704,8 @@ async def test_client_writes_fail_over_from_an_isolated_leader(tmp_path: Path) -
         old = await cluster.wait_leader()
         others = [cluster.endpoint(i) for i in range(3) if i != old]
         async with (
-            StoreClient([cluster.endpoint(old), *others]) as kv,
-            StoreClient(cluster.endpoints) as ctl,
+            StoreClient([cluster.endpoint(old), *others], tls=admin_tls()) as kv,
+            StoreClient(cluster.endpoints, tls=admin_tls()) as ctl,
         ):
             assert await kv.put("iso/before", b"1") is True  # the client talks to the leader
             await faults_all(ctl, cluster, "isolate", cluster.node_id(old))
