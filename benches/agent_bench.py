@@ -52,11 +52,11 @@ sys.path.insert(0, str(HERE))  # for benchlib, which puts the repo and tests/ on
 from benchlib import cluster_lib, percentile  # noqa: E402  (path set above)
 from e2e.kubectlrun import wait_api_ready  # noqa: E402  (tests/ on the path)
 
-from orchestrator.api.errors import ApiError  # noqa: E402
 from orchestrator.client.config import load_kubeconfig  # noqa: E402
 from orchestrator.client.rest import RestClient  # noqa: E402
 from orchestrator.controllers.runtime.client import NODES, PODS, HttpClient  # noqa: E402
-from orchestrator.cri.daemon import (  # noqa: E402
+from orchestrator.kube.errors import ApiError  # noqa: E402
+from orchestrator.testing.containerd import (  # noqa: E402
     ContainerdError,
     ContainerdInstance,
     missing_prerequisites,

@@ -11,7 +11,8 @@ way a user starts it, so interpreter start-up and imports are included):
   CA, certificates, tokens, a one-server Raft cluster, the API, the controllers and the
   embedded node agent), `--runtime auto`: once with no containerd socket (so the simulated
   runtime, as on this machine by default), once with a private containerd
-  (`orchestrator.cri.daemon.ContainerdInstance(network="auto")`, through `--containerd-socket`;
+  (`orchestrator.testing.containerd.ContainerdInstance(network="auto")`, through
+  `--containerd-socket`;
   skipped unless root with containerd installed, or with `--no-containerd`). "READY" is the
   server's sd_notify `READY=1` (the driver listens on its own `NOTIFY_SOCKET`), measured from
   just before the process is spawned; beside it the time to the first successful authenticated
@@ -303,7 +304,11 @@ def cold_starts(root: Path, runs: int, *extra: str) -> Obj:
 
 
 def containerd_cold_start(root: Path, runs: int) -> Obj:
-    from orchestrator.cri.daemon import ContainerdError, ContainerdInstance, missing_prerequisites
+    from orchestrator.testing.containerd import (
+        ContainerdError,
+        ContainerdInstance,
+        missing_prerequisites,
+    )
 
     problems = missing_prerequisites()
     if problems:

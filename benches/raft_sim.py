@@ -19,8 +19,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from orchestrator.sim.machines import MemoryKV, MVCCMachine
-from orchestrator.sim.raft_sim import SimFailure, run_seed
+from orchestrator.testing.machines import MemoryKV, MVCCMachine
+from orchestrator.testing.raft_sim import SimFailure, run_seed
 
 MACHINES = {"mvcc": MVCCMachine, "kv": MemoryKV}
 

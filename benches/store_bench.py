@@ -604,7 +604,7 @@ class EtcdCluster:
     def _make_pki(self) -> None:
         """A CA of the bench's own, one certificate for every member (serverAuth and
         clientAuth, SAN 127.0.0.1: used on the client and the peer URLs) and a client one."""
-        from orchestrator.api.auth.peercerts import (
+        from orchestrator.security.peercerts import (
             ensure_admin_cert,
             ensure_cluster_ca,
             ensure_peer_cert,

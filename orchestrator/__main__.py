@@ -1,5 +1,5 @@
 """`python -m orchestrator` is the `orchestrator` command."""
 
-from .cli.main import main
+from orchestrator.cli.main import main
 
 raise SystemExit(main())

@@ -29,7 +29,7 @@ POST, PUT, PATCH, APPLY, DELETE, DELETECOLLECTION, or the HTTP method for non-re
 `agent_pod_start_duration_seconds` kubelet's `kubelet_pod_start_duration_seconds` and
 `agent_cri_call_duration_seconds{method}` kubelet's `kubelet_runtime_operations_duration_seconds`.
 `certificate_expiration_timestamp_seconds{cert}` is the expiry of each certificate in use (set by
-`api.auth.renewal` whenever it reads the files; alert on `... - time() < 30 * 86400`).
+`security.renewal` whenever it reads the files; alert on `... - time() < 30 * 86400`).
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .controllers.runtime.metrics import REGISTRY, Histogram, HistogramChild
+from orchestrator.controllers.runtime.metrics import REGISTRY, Histogram, HistogramChild
 
 if TYPE_CHECKING:
-    from .raft.node import RaftNode
-    from .store.mvcc import MVCCStore
+    from orchestrator.raft.node import RaftNode
+    from orchestrator.store.mvcc import MVCCStore
 
 __all__ = [
     "API_REQUESTS",

@@ -1,7 +1,7 @@
 """Assembles one server process: the Raft node, the MVCC store on it, and the client port.
 
 Before the store starts (`Server.run`), the server makes sure of its store credentials in
-`DATA_DIR/pki` (`api.auth.peercerts`): the cluster CA (kept; on a first start derived from the
+`DATA_DIR/pki` (`security.peercerts`): the cluster CA (kept; on a first start derived from the
 cluster token, or, joining with `--server URL`, adopted from the cluster's sealed bundle fetched
 through that API), its peer certificate and the admin client certificate. The Raft peer port and
 the client port then run mutual TLS with them; `certs` renews both leaves while running and hot-
@@ -42,24 +42,24 @@ from typing import Any
 
 import trio
 
-from .agent.service import AgentConfig, run_embedded
-from .api.apiendpoints import ApiEndpointsPublisher
-from .api.apiserver import DRAIN_TIMEOUT, ApiOptions, ApiServer
-from .api.auth import peercerts
-from .api.auth.renewal import CertRenewer, Leaf, RenewalConfig, in_thread
-from .api.auth.tls import ReloadableContext
-from .api.members import MemberDirectory, client_address
-from .controllers.registry import default_controllers
-from .controllers.runtime.manager import ControllerManager, ControllerOptions
-from .listenerrors import naming_listener
-from .memory import trim_heap, trim_task
-from .raft.node import NodeConfig, RaftError, RaftNode
-from .raft.statemachine import StateMachine
-from .raft.transport import PeerTLS
-from .store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
-from .store.raftstore import CompactionPolicy, RaftStore
-from .store.service import ClientService, ServiceTLS
-from .systemd import Notifier, reload_log_level, signal_name, watchdog_task
+from orchestrator.agent.service import AgentConfig, run_embedded
+from orchestrator.apiserver.server import DRAIN_TIMEOUT, ApiOptions, ApiServer
+from orchestrator.cluster.apiendpoints import ApiEndpointsPublisher
+from orchestrator.cluster.members import MemberDirectory, client_address
+from orchestrator.controllers.registry import default_controllers
+from orchestrator.controllers.runtime.manager import ControllerManager, ControllerOptions
+from orchestrator.listenerrors import naming_listener
+from orchestrator.memory import trim_heap, trim_task
+from orchestrator.raft.node import NodeConfig, RaftError, RaftNode
+from orchestrator.raft.statemachine import StateMachine
+from orchestrator.raft.transport import PeerTLS
+from orchestrator.security import peercerts
+from orchestrator.security.renewal import CertRenewer, Leaf, RenewalConfig, in_thread
+from orchestrator.security.tls import ReloadableContext
+from orchestrator.store.mvcc import DEFAULT_QUOTA_BYTES, MVCCStore
+from orchestrator.store.raftstore import CompactionPolicy, RaftStore
+from orchestrator.store.service import ClientService, ServiceTLS
+from orchestrator.systemd import Notifier, reload_log_level, signal_name, watchdog_task
 
 log = logging.getLogger("orchestrator.server")
 
@@ -212,8 +212,8 @@ class Server:
         paths = peercerts.PeerPki.of(data_dir)
         endpoints: list[str] | None = None
         if opts.join_servers and not paths.ca_cert.exists():
-            from .api.auth.shared import adopt, unseal
-            from .serverjoin import join_info
+            from orchestrator.cluster.join import join_info
+            from orchestrator.security.shared import adopt, unseal
 
             info = await join_info(
                 opts.join_servers, opts.token, opts.ca_pin, wait=opts.join_timeout, bundle=True
@@ -252,7 +252,7 @@ class Server:
     def _write_client_address(self) -> None:
         """`DATA_DIR/client-address`: where this server's client port is reachable from this
         host (a wildcard listen address is reached on loopback)."""
-        from .api.auth.pki import atomic_write
+        from orchestrator.security.pki import atomic_write
 
         address = client_address(self.opts.client_listen, self.service.port, "127.0.0.1")
         atomic_write(self.opts.node.data_dir / CLIENT_ADDRESS_FILE, f"{address}\n".encode(), 0o644)
@@ -298,9 +298,9 @@ class Server:
 
     async def _join_through_api(self, urls: list[str], endpoints: list[str] | None) -> None:
         """`--server URL`: learn the members' client addresses through a server's API (CA pin
-        checked first, `serverjoin`; already done when the bundle was fetched), then join
+        checked first, `cluster.join`; already done when the bundle was fetched), then join
         through them."""
-        from .serverjoin import member_endpoints
+        from orchestrator.cluster.join import member_endpoints
 
         if endpoints is None:
             endpoints = await member_endpoints(
@@ -310,7 +310,7 @@ class Server:
 
     async def _join_endpoints(self, endpoints: list[str]) -> None:
         """The store's `join` op through these client addresses (redirected to the leader)."""
-        from .store.client import ClientError, StoreClient, TLSRefused
+        from orchestrator.store.client import ClientError, StoreClient, TLSRefused
 
         endpoint = ", ".join(endpoints)
         advertise = self.opts.node.advertise or self.opts.node.peer_listen
@@ -318,7 +318,7 @@ class Server:
             # Our peer certificate is our client certificate on the members' client ports.
             async with StoreClient(endpoints, tls=self._client_context()) as client:
                 if self.opts.ca_pin:  # the cluster's CA must be the pinned one: else send nothing
-                    from .api.auth.jointoken import verify_bundle_pin
+                    from orchestrator.security.jointoken import verify_bundle_pin
 
                     await verify_bundle_pin(client.get, self.opts.token, self.opts.ca_pin)
                 while True:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import trio
 
-from . import logsetup
+from orchestrator import logsetup
 
 __all__ = [
     "ENV_FILE_VAR",

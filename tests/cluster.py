@@ -129,7 +129,7 @@ def admin_tls(token: str = CLUSTER_TOKEN) -> ssl.SSLContext:
     issued here (in a temporary directory), as a server issues its own `pki/admin.crt`."""
     import tempfile
 
-    from orchestrator.api.auth.peercerts import ensure_admin_cert, ensure_cluster_ca
+    from orchestrator.security.peercerts import ensure_admin_cert, ensure_cluster_ca
     from orchestrator.store.client import ClientTLS
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -13,7 +13,8 @@ import ssl
 from functools import cache
 from pathlib import Path
 
-from orchestrator.api.auth.peercerts import (
+from orchestrator.raft.transport import PeerTLS
+from orchestrator.security.peercerts import (
     PeerPki,
     client_port_identity,
     derive_ca,
@@ -24,8 +25,7 @@ from orchestrator.api.auth.peercerts import (
     peer_server_context,
     server_node_id,
 )
-from orchestrator.api.auth.pki import Pki, _cert_pem, _key_pem, _load_ca, issue_client_cert
-from orchestrator.raft.transport import PeerTLS
+from orchestrator.security.pki import Pki, _cert_pem, _key_pem, _load_ca, issue_client_cert
 from orchestrator.store.client import client_context as _client_context
 from orchestrator.store.service import ServiceTLS
 

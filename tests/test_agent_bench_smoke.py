@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cri.containerd_env import REQUIRE_ENV
 
-from orchestrator.cri.daemon import missing_prerequisites
+from orchestrator.testing.containerd import missing_prerequisites
 
 ROOT = Path(__file__).resolve().parent.parent
 

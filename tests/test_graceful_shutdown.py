@@ -32,7 +32,7 @@ import trio
 from api.apiharness import api_server, read_kubeconfig
 from cluster import HOST, Cluster
 
-from orchestrator.api.app import ApiApp
+from orchestrator.apiserver.app import ApiApp
 from orchestrator.raft.framing import FrameDecoder, encode_frame
 from orchestrator.raft.node import NodeConfig
 from orchestrator.server import Server, ServerOptions

@@ -69,21 +69,22 @@ print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None
 @pytest.mark.slow
 def test_server_process_imports_no_cli_and_no_http_client() -> None:
     unwanted = (
-        *("httpx", "click", "orchestrator.cli.kube", "orchestrator.bench", "orchestrator.sim"),
-        *("orchestrator.api.protobuf", "orchestrator.api.schema.openapi"),  # on first request
+        *("httpx", "click", "orchestrator.cli.kube", "orchestrator.bench", "orchestrator.testing"),
+        *("orchestrator.kube.protobuf", "orchestrator.kube.schema.openapi"),  # on first request
     )
     assert _loaded(["server", "--data-dir", "/tmp/x"], "orchestrator.server", unwanted) == []
 
 
 def test_the_api_knows_the_protobuf_media_type_without_importing_the_codec() -> None:
-    from orchestrator.api import app, protobuf
+    from orchestrator.apiserver import app
+    from orchestrator.kube import protobuf
 
     assert app.PROTOBUF == protobuf.MEDIA_TYPE
 
 
 @pytest.mark.slow
 def test_agent_process_imports_no_api_server_layers() -> None:
-    unwanted = ("click", "pygments", "orchestrator.api.resources", "orchestrator.api.patch")
+    unwanted = ("click", "pygments", "orchestrator.apiserver.resources", "orchestrator.kube.patch")
     argv = ["agent", "--server", "https://127.0.0.1:6443", "--token", "t", "--data-dir", "/x"]
     assert _loaded(argv, "orchestrator.agent.service", unwanted) == []
 

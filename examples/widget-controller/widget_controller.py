@@ -21,12 +21,12 @@ from typing import Any
 
 import trio
 
-from orchestrator.api.errors import ApiError
 from orchestrator.client import RestClient, load_kubeconfig
 from orchestrator.client.resource import ResourceInfo
 from orchestrator.controllers.runtime.client import Client, HttpClient
 from orchestrator.controllers.runtime.controller import Controller, Result, enqueue_owner
 from orchestrator.controllers.runtime.informer import SharedInformer
+from orchestrator.kube.errors import ApiError
 
 WIDGETS = ResourceInfo("example.com", "v1", "widgets", "Widget", namespaced=True)
 CONFIGMAPS = ResourceInfo("", "v1", "configmaps", "ConfigMap", namespaced=True)

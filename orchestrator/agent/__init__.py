@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .agent import Agent, AgentOptions, ObjectCache
-from .localstore import LocalStore, StoredPod
-from .node import HostFacts, NodeReporter, host_facts
-from .podworker import PodWorker, WorkerOptions
+from orchestrator.agent.agent import Agent, AgentOptions, ObjectCache
+from orchestrator.agent.localstore import LocalStore, StoredPod
+from orchestrator.agent.node import HostFacts, NodeReporter, host_facts
+from orchestrator.agent.podworker import PodWorker, WorkerOptions
 
 if TYPE_CHECKING:  # the embedded agent's: a standalone one (HTTPS only) never loads the API layers
-    from ..api.resources import Api
-    from ..controllers.runtime.inprocess import InProcessClient
+    from orchestrator.apiserver.resources import Api
+    from orchestrator.controllers.runtime.inprocess import InProcessClient
 
 __all__ = [
     "FIELD_MANAGER",
@@ -40,8 +40,8 @@ FIELD_MANAGER = "kubelet"
 def node_client(api: Api, node_name: str, *, field_manager: str = FIELD_MANAGER) -> InProcessClient:
     """An in-process client acting as node `node_name` (system:node:<name>, system:nodes), so
     NodeRestriction applies to the embedded agent exactly as to a remote one."""
-    from ..api.auth.authn import User
-    from ..controllers.runtime.inprocess import InProcessClient
+    from orchestrator.controllers.runtime.inprocess import InProcessClient
+    from orchestrator.security.authn import User
 
     user = User(f"system:node:{node_name}", ("system:nodes", "system:authenticated"))
     return InProcessClient(api, user, field_manager=field_manager)

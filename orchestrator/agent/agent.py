@@ -42,15 +42,9 @@ from typing import Any, cast
 
 import trio
 
-from ..api.errors import ApiError
-from ..client.resource import PODS, ResourceInfo
-from ..controllers.runtime.client import CONFIGMAPS, Client
-from ..controllers.runtime.events import EventRecorder
-from ..cri.runtime import CriError, RuntimeService
-from ..observability import TimedRuntime
-from .localstore import LocalStore
-from .node import HostFacts, NodeReporter, NodeReporterOptions, host_facts
-from .podworker import (
+from orchestrator.agent.localstore import LocalStore
+from orchestrator.agent.node import HostFacts, NodeReporter, NodeReporterOptions, host_facts
+from orchestrator.agent.podworker import (
     LABEL_AGENT,
     LABEL_POD_UID,
     PodWorker,
@@ -58,12 +52,18 @@ from .podworker import (
     WorkerOptions,
     referenced_objects,
 )
+from orchestrator.client.resource import PODS, ResourceInfo
+from orchestrator.controllers.runtime.client import CONFIGMAPS, Client
+from orchestrator.controllers.runtime.events import EventRecorder
+from orchestrator.cri.runtime import CriError, RuntimeService
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.observability import TimedRuntime
 
 __all__ = ["Agent", "AgentOptions", "ObjectCache"]
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 SECRETS = ResourceInfo("", "v1", "secrets", "Secret", True, "secret")
 _RESOURCES = {"ConfigMap": CONFIGMAPS, "Secret": SECRETS}
@@ -121,7 +121,7 @@ class ObjectCache:
 def _container_probes(*args: Any, **kwargs: Any) -> Any:
     """`probes.ContainerProbes(...)`, imported by the first container that has probes: a node
     whose pods have none does not load the prober (nor the HTTP client it needs)."""
-    from .probes import ContainerProbes
+    from orchestrator.agent.probes import ContainerProbes
 
     return ContainerProbes(*args, **kwargs)
 

@@ -3,7 +3,7 @@
 `orchestrator agent --server URL[,URL...]` starts with the servers it is given (the seeds) and
 learns the rest from the cluster: `ServerLearner` reads the Endpoints `default/kubernetes`
 (which every server keeps listing the API address of each Raft member, see
-`orchestrator.api.apiendpoints`) right after start and then every `LEARN_INTERVAL`, through
+`orchestrator.cluster.apiendpoints`) right after start and then every `LEARN_INTERVAL`, through
 the agent's own failover client, and hands the URLs to the agent's `EndpointSet` (the
 requests' load balancer, `orchestrator.client.endpoints`). So when the server the agent joined
 through is powered off, its Lease, pod status and watches go on through another one.
@@ -27,11 +27,11 @@ from typing import Any
 
 import trio
 
-from ..api.auth.pki import atomic_write
-from ..client.endpoints import EndpointSet, split_servers, urls_from_endpoints
-from ..client.protocol import ApiConnectionError, ApiException
-from ..client.resource import ENDPOINTS
-from ..client.rest import RestClient
+from orchestrator.client.endpoints import EndpointSet, split_servers, urls_from_endpoints
+from orchestrator.client.protocol import ApiConnectionError, ApiException
+from orchestrator.client.resource import ENDPOINTS
+from orchestrator.client.rest import RestClient
+from orchestrator.security.pki import atomic_write
 
 __all__ = ["LEARN_INTERVAL", "SERVERS_FILE", "ServerLearner", "load_servers", "save_servers"]
 

@@ -39,12 +39,18 @@ import httpx
 import trio
 import yaml
 
-from ..api.auth.jointoken import BOOTSTRAP_RE, JoinToken, PinMismatch, check_pin, parse_token
-from ..api.auth.kubeconfig import write_kubeconfig
-from ..api.auth.tokens import NODE_PREFIX
-from ..client.config import ClientConfig, load_kubeconfig
-from . import servingcert
-from .servingcert import ServingKey
+from orchestrator.agent import servingcert
+from orchestrator.agent.servingcert import ServingKey
+from orchestrator.client.config import ClientConfig, load_kubeconfig
+from orchestrator.security.jointoken import (
+    BOOTSTRAP_RE,
+    JoinToken,
+    PinMismatch,
+    check_pin,
+    parse_token,
+)
+from orchestrator.security.kubeconfig import write_kubeconfig
+from orchestrator.security.tokens import NODE_PREFIX
 
 log = logging.getLogger(__name__)
 

@@ -30,13 +30,12 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ..dbthread import DbThread, open_wal
+from orchestrator.dbthread import DbThread, open_wal
+from orchestrator.kube.objects import Obj
 
 __all__ = ["LocalStore", "StoredPod"]
 
-Obj = dict[str, Any]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS pods (

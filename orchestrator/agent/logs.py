@@ -31,11 +31,11 @@ the stream).
 
 *Endpoint.* `LogEndpoint` serves `GET /containerLogs/{namespace}/{pod}/{container}?tailLines=
 &follow=&previous=&timestamps=&sinceSeconds=&sinceTime=&limitBytes=` (and `/healthz`) over HTTPS
-with `orchestrator.api.auth.tls.serve`, on the node's own address (its InternalIP, never the
+with `orchestrator.security.tls.serve`, on the node's own address (its InternalIP, never the
 wildcard) and the port of `--kubelet-port`. The TLS context *requires* a client certificate
 signed by the cluster CA (no certificate, or one of another CA: the handshake fails), and the app
 admits exactly one identity, the API server's kubelet client (`AUTHORIZED_USER`, the certificate
-`api.logproxy.kubelet_client_cert` issues): a node's certificate, another node's, an admin's
+`apiserver.logproxy.kubelet_client_cert` issues): a node's certificate, another node's, an admin's
 (`system:masters` included) get 403 — even `/healthz` says nothing to them. Errors are
 metav1.Status JSON bodies so the API server's `AgentLogProxy` relays them verbatim; success is
 `200 text/plain`, streamed in chunks of whole lines.
@@ -50,7 +50,7 @@ How the agent uses it
     # Either way the certificate is `system:node:<name>`'s: the API server's proxy checks it.
     endpoint = LogEndpoint(data_dir, resolve_pod, tls=tls, host=node_ip, port=10250)
     port = await nursery.start(endpoint.run)   # report it as status.daemonEndpoints.kubeletEndpoint
-    certs.on_reload(leaf, endpoint.reload_tls)  # `api.auth.renewal`: renewed certs, no restart
+    certs.on_reload(leaf, endpoint.reload_tls)  # `security.renewal`: renewed certs, no restart
 
 `resolve_pod(namespace, name)` returns the agent's current pod object (at least `metadata.uid`,
 `spec.containers`/`initContainers`, and `status.containerStatuses` as the agent last computed them)
@@ -74,11 +74,12 @@ from urllib.parse import parse_qs, unquote
 
 import trio
 
-from ..api import errors
-from ..api.auth.authn import User, user_from_certificate
-from ..api.auth.pki import Pki, issue_serving_cert, pair_lock, write_pair
-from ..api.auth.tls import ReloadableContext, client_cert_der, serve
-from ..api.errors import ApiError
+from orchestrator.kube import errors
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.security.authn import User, user_from_certificate
+from orchestrator.security.pki import Pki, issue_serving_cert, pair_lock, write_pair
+from orchestrator.security.tls import ReloadableContext, client_cert_der, serve
 
 __all__ = [
     "AUTHORIZED_USER",
@@ -99,7 +100,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 PodResolver = Callable[[str, str], Obj | None]
 
 # The API server's client identity for node agents (issued by `logproxy.kubelet_client_cert`,

@@ -41,15 +41,15 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import trio
 
-from ..api.errors import ApiError
-from ..api.schema.columns import now_rfc3339
-from ..client.resource import LEASES, NODES
-from ..controllers.runtime.client import Client
-from ..cri.runtime import CriError, RuntimeService, RuntimeStatus, RuntimeVersion
+from orchestrator.client.resource import LEASES, NODES
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.cri.runtime import CriError, RuntimeService, RuntimeStatus, RuntimeVersion
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.columns import now_rfc3339
 
 __all__ = [
     "AGENT_VERSION",
@@ -63,7 +63,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 AGENT_VERSION = "v1.32.0-orchestrator"

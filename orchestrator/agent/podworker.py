@@ -71,11 +71,10 @@ from typing import Any, Protocol
 
 import trio
 
-from ..api.errors import ApiError
-from ..api.schema.columns import now_rfc3339
-from ..client.resource import PODS
-from ..controllers.runtime.client import Client
-from ..cri.runtime import (
+from orchestrator.agent.localstore import LocalStore
+from orchestrator.client.resource import PODS
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.cri.runtime import (
     ContainerConfig,
     ContainerState,
     ContainerStatus,
@@ -90,9 +89,11 @@ from ..cri.runtime import (
     RuntimeService,
     SandboxState,
 )
-from ..observability import POD_START_DURATION
-from ..scheduler.quantity import parse_cpu_milli, parse_value
-from .localstore import LocalStore
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.columns import now_rfc3339
+from orchestrator.observability import POD_START_DURATION
+from orchestrator.scheduler.quantity import parse_cpu_milli, parse_value
 
 __all__ = [
     "LABEL_AGENT",
@@ -115,7 +116,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 LABEL_AGENT = "orchestrator.io/agent"
 LABEL_POD_UID = "io.kubernetes.pod.uid"

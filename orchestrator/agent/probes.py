@@ -65,7 +65,7 @@ from typing import Any, Protocol
 
 import trio
 
-from ..cri.runtime import (
+from orchestrator.cri.runtime import (
     CriError,
     DeadlineExceeded,
     ExecResult,
@@ -85,7 +85,6 @@ __all__ = [
     "Result",
 ]
 
-Obj = dict[str, Any]
 
 DEFAULT_PERIOD = 10.0
 MIN_PERIOD = 1.0

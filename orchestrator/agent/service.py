@@ -32,7 +32,7 @@ certificate for `system:node:<name>` the server issues from its CA (`DATA_DIR/ag
 renewed by the API server's renewal loop). A standalone agent serves them with a certificate of
 its own key signed by the cluster CA, obtained when joining or later with its node credentials
 (`servingcert`: `DATA_DIR/kubelet.crt`, renewed within 30 days of expiry, also while it runs:
-`api.auth.renewal`). Either way the log endpoint picks up a renewed or rotated certificate
+`security.renewal`). Either way the log endpoint picks up a renewed or rotated certificate
 without a restart.
 
 The log endpoint (`logs.LogEndpoint`) listens on the node's address — the InternalIP its Node
@@ -78,20 +78,20 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..config import ListOption
-from ..cri.runtime import RuntimeService
-from ..listenerrors import ListenerError, naming_listener
-from ..memory import trim_task
-from ..systemd import Notifier, reload_log_level, signal_name, watchdog_task
-from .agent import Agent, AgentOptions
-from .podworker import WorkerOptions
+from orchestrator.agent.agent import Agent, AgentOptions
+from orchestrator.agent.podworker import WorkerOptions
+from orchestrator.config import ListOption
+from orchestrator.cri.runtime import RuntimeService
+from orchestrator.listenerrors import ListenerError, naming_listener
+from orchestrator.memory import trim_task
+from orchestrator.systemd import Notifier, reload_log_level, signal_name, watchdog_task
 
 if TYPE_CHECKING:
-    from ..api.apiserver import ApiServer
-    from ..api.auth.pki import Pki
-    from ..client.config import ClientConfig
-    from ..client.endpoints import EndpointSet
-    from .logs import EndpointTLS, LogEndpoint
+    from orchestrator.agent.logs import EndpointTLS, LogEndpoint
+    from orchestrator.apiserver.server import ApiServer
+    from orchestrator.client.config import ClientConfig
+    from orchestrator.client.endpoints import EndpointSet
+    from orchestrator.security.pki import Pki
 
 __all__ = [
     "RUNTIME_LABEL",
@@ -130,7 +130,7 @@ def embedded_node_ip(node_ip: str, api_listen: str) -> str:
     """The embedded agent's node address: `node_ip`, else the API's listen host when it is a
     specific address (so a server on loopback keeps its agent on loopback), else the host's
     outbound address."""
-    from .node import default_ip
+    from orchestrator.agent.node import default_ip
 
     if node_ip:
         return node_ip
@@ -164,11 +164,11 @@ PROBE_TIMEOUT = 2.0  # seconds containerd has to answer `Version` for `--runtime
 
 def make_runtime(kind: str, containerd_socket: str | None = None) -> RuntimeService:
     if kind == "simulated":
-        from ..cri.simulated import SimulatedRuntime
+        from orchestrator.cri.simulated import SimulatedRuntime
 
         return SimulatedRuntime()
     if kind == "containerd":
-        from ..cri.containerd import DEFAULT_SOCKET, CriRuntime
+        from orchestrator.cri.containerd import DEFAULT_SOCKET, CriRuntime
 
         return CriRuntime(containerd_socket or DEFAULT_SOCKET)
     raise ValueError(f"unknown runtime {kind!r} (containerd or simulated)")
@@ -181,8 +181,8 @@ async def detect_runtime(containerd_socket: str | None = None) -> tuple[str, str
     path = containerd_socket or "/run/containerd/containerd.sock"
     if not await trio.Path(path).exists():
         return "simulated", f"no containerd socket at {path}"
-    from ..cri.containerd import CriRuntime
-    from ..cri.runtime import CriError
+    from orchestrator.cri.containerd import CriRuntime
+    from orchestrator.cri.runtime import CriError
 
     probe = CriRuntime(path, call_timeout=PROBE_TIMEOUT, retries=0)
     try:
@@ -238,8 +238,8 @@ async def run_embedded(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The server's own agent (module doc); `started` once its local pods have workers."""
-    from . import node_client
-    from .logs import LogEndpoint
+    from orchestrator.agent import node_client
+    from orchestrator.agent.logs import LogEndpoint
 
     name = config.node_name or default_node_name()
     node_ip = embedded_node_ip(config.node_ip, api.opts.listen)
@@ -276,9 +276,9 @@ async def _embedded_tls(
     """The embedded agent's serving certificate (`system:node:<name>`, SANs its name and node
     address), issued from the server's CA when missing, not covering them or expiring, and
     renewed by the API server's renewal loop from then on."""
-    from ..api.auth.renewal import Leaf, in_thread
-    from . import servingcert
-    from .logs import EndpointTLS
+    from orchestrator.agent import servingcert
+    from orchestrator.agent.logs import EndpointTLS
+    from orchestrator.security.renewal import Leaf, in_thread
 
     addresses = servingcert.node_addresses(name, node_ip)
     cert_path, key_path = servingcert.paths(data_dir)
@@ -371,13 +371,13 @@ def _port(text: str) -> int:
 
 def server_urls(args: argparse.Namespace) -> list[str]:
     """The `--server` URLs (each value may hold several, comma-separated), in order."""
-    from ..client.endpoints import split_servers
+    from orchestrator.client.endpoints import split_servers
 
     return split_servers(args.server or [])
 
 
 def client_config(args: argparse.Namespace) -> ClientConfig:
-    from ..client.config import ClientConfig, load_kubeconfig
+    from orchestrator.client.config import ClientConfig, load_kubeconfig
 
     servers = server_urls(args)
     if args.kubeconfig:
@@ -408,8 +408,8 @@ CONNECT_TIMEOUT = 3.0  # seconds to connect to a server (a powered-off one never
 
 def endpoint_set(args: argparse.Namespace, cfg: ClientConfig) -> EndpointSet:
     """The servers to use: `--server` (else the config's), then those learnt earlier."""
-    from ..client.endpoints import EndpointSet
-    from .apiservers import load_servers
+    from orchestrator.agent.apiservers import load_servers
+    from orchestrator.client.endpoints import EndpointSet
 
     seeds = server_urls(args) or [cfg.server]
     learnt = load_servers(args.data_dir)
@@ -419,14 +419,14 @@ def endpoint_set(args: argparse.Namespace, cfg: ClientConfig) -> EndpointSet:
 
 
 async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
-    from ..api.auth.renewal import CertRenewer
-    from ..client.rest import RestClient
-    from ..controllers.runtime.client import HttpClient
-    from . import servingcert
-    from .apiservers import ServerLearner
-    from .logs import EndpointTLS, LogEndpoint
-    from .node import default_ip
-    from .servingcert import ensure_serving_cert, node_addresses
+    from orchestrator.agent import servingcert
+    from orchestrator.agent.apiservers import ServerLearner
+    from orchestrator.agent.logs import EndpointTLS, LogEndpoint
+    from orchestrator.agent.node import default_ip
+    from orchestrator.agent.servingcert import ensure_serving_cert, node_addresses
+    from orchestrator.client.rest import RestClient
+    from orchestrator.controllers.runtime.client import HttpClient
+    from orchestrator.security.renewal import CertRenewer
 
     name = args.node_name or default_node_name()
     node_ip = args.node_ip or default_ip()  # reported as InternalIP and listened on
@@ -502,7 +502,7 @@ RUNTIME_RETRY = 2.0  # seconds between runtime checks before READY=1
 
 async def wait_runtime(runtime: RuntimeService, notifier: Notifier) -> None:
     """Until the container runtime answers `version()` (STATUS says what it waits for)."""
-    from ..cri.runtime import CriError
+    from orchestrator.cri.runtime import CriError
 
     while True:
         try:
@@ -529,9 +529,9 @@ async def _report_connection(agent: Agent, endpoints: EndpointSet, notifier: Not
 
 
 def main(args: argparse.Namespace) -> int:
-    from .apiservers import load_servers
-    from .join import JoinError, is_join_token, join_config
-    from .servingcert import node_addresses
+    from orchestrator.agent.apiservers import load_servers
+    from orchestrator.agent.join import JoinError, is_join_token, join_config
+    from orchestrator.agent.servingcert import node_addresses
 
     servers = server_urls(args)
     if not args.kubeconfig and servers and args.token and is_join_token(args.token):

@@ -14,7 +14,7 @@ its HTTPS log endpoint (`logs.LogEndpoint`) needs and the API server's log proxy
 * later starts reuse the pair while it is signed by the cluster CA, matches, covers the node's
   addresses and has more than `RENEW_BEFORE` left; else they ask for a new one. When that fails
   (server unreachable) a still-valid old certificate is used anyway;
-* while the agent runs, `leaf` makes the pair a renewed leaf (`api.auth.renewal`): within
+* while the agent runs, `leaf` makes the pair a renewed leaf (`security.renewal`): within
   `RENEW_BEFORE` of expiry it asks again the same way (`renew`: a new key, node-certificate),
   retrying while the server is unreachable, and the log endpoint serves the new pair without a
   restart; a pair replaced on disk (`orchestrator certs rotate --data-dir`) is picked up too.
@@ -38,9 +38,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from ..api.auth.pki import pair_lock, signed_by, write_pair
-from ..api.auth.renewal import Leaf
-from ..client.config import ClientConfig
+from orchestrator.client.config import ClientConfig
+from orchestrator.security.pki import pair_lock, signed_by, write_pair
+from orchestrator.security.renewal import Leaf
 
 log = logging.getLogger(__name__)
 
@@ -143,14 +143,14 @@ def check(
 def node_addresses(node_name: str, node_ip: str) -> list[str]:
     """The SANs an agent asks for: its node name and InternalIP (the address the API server's
     log proxy dials; the default is the host's outbound address, as the Node reports)."""
-    from .node import default_ip
+    from orchestrator.agent.node import default_ip
 
     return list(dict.fromkeys([node_name, node_ip or default_ip()]))
 
 
 async def request_certificate(cfg: ClientConfig, key: ServingKey, addresses: list[str]) -> bytes:
     """A new certificate for `key` with the node credentials in `cfg` (node-certificate)."""
-    from ..client.rest import RestClient
+    from orchestrator.client.rest import RestClient
 
     async with RestClient(cfg, user_agent="orchestrator-agent") as rest:
         doc = await rest.request("POST", NODE_CERT_PATH, body=key.request(addresses))
@@ -180,7 +180,7 @@ async def ensure_serving_cert(
 ) -> tuple[Path, Path] | None:
     """(certificate, key) paths for the log endpoint, renewed when needed (module doc); None
     when there is none to serve with (no CA known, or none could be obtained)."""
-    from ..client.protocol import ApiConnectionError, ApiException
+    from orchestrator.client.protocol import ApiConnectionError, ApiException
 
     if cfg.ca_pem is None:
         log.warning("no cluster CA known: the log endpoint is not served")

@@ -42,21 +42,21 @@ from typing import Any, TextIO
 
 import trio
 
-from ..api.apiserver import ApiOptions
-from ..api.auth.authn import User
-from ..api.errors import ApiError
-from ..client.resource import DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS
-from ..controllers.runtime.client import InProcessClient
-from ..raft.node import NodeConfig
-from ..scheduler.scheduler import Scheduler
-from ..server import Server, ServerOptions, tune_gc
-from ..sim.nodes import SimulatedCluster
+from orchestrator.apiserver.server import ApiOptions
+from orchestrator.client.resource import DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS
+from orchestrator.controllers.runtime.client import InProcessClient
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.raft.node import NodeConfig
+from orchestrator.scheduler.scheduler import Scheduler
+from orchestrator.security.authn import User
+from orchestrator.server import Server, ServerOptions, tune_gc
+from orchestrator.testing.nodes import SimulatedCluster
 
 __all__ = ["BenchResult", "add_parser", "main", "run_bench"]
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 ADMIN = User("bench-admin", ("system:masters", "system:authenticated"))
 NAMESPACE = "bench"
 CREATE_PARALLELISM = 8

@@ -72,9 +72,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _backup(args: argparse.Namespace) -> int:
-    from ..store.backup import write_backup
-    from ..store.client import StoreClient
-    from . import storecreds
+    from orchestrator.cli import storecreds
+    from orchestrator.store.backup import write_backup
+    from orchestrator.store.client import StoreClient
 
     endpoints, tls, cluster = storecreds.resolve(args)
     print(f"cluster: {cluster} (servers {', '.join(endpoints)})", file=sys.stderr, flush=True)
@@ -95,10 +95,10 @@ async def _backup(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from ..api.auth.shared import KEY, unseal
-    from ..raft.node import parse_addr
-    from ..server import NODE_ID_FILE, TOKEN_FILE
-    from ..store.backup import BackupError, read_backup, read_bootstrap, restore_data_dir
+    from orchestrator.raft.node import parse_addr
+    from orchestrator.security.shared import KEY, unseal
+    from orchestrator.server import NODE_ID_FILE, TOKEN_FILE
+    from orchestrator.store.backup import BackupError, read_backup, read_bootstrap, restore_data_dir
 
     if args.node_id < 1:
         raise SystemExit("error: --node-id must be >= 1")

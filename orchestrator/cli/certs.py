@@ -19,7 +19,7 @@ client certificates stay valid:
   `DIR/node-kubeconfig.yaml` (or `--kubeconfig`), so the server must be reachable.
 
 Stopped or running makes no difference: a stopped process uses the new pair at its next start;
-a running one (its `api.auth.renewal` loop compares the files with what it serves every 5 s)
+a running one (its `security.renewal` loop compares the files with what it serves every 5 s)
 swaps it into its listeners within seconds — new connections get the new certificate, open ones
 keep theirs. No signal, no pid file. Pairs are written under their lock (`pki.pair_lock`), so a
 rotation and the process's own renewal never leave a key beside the wrong certificate.
@@ -95,8 +95,8 @@ def _data_dir(path: Path) -> Path:
 
 def _leaves(data_dir: Path) -> list[tuple[str, dt.timedelta | None]]:
     """The certificates present (relative paths) and their renewal windows (None: the CA)."""
-    from ..agent import servingcert
-    from ..api.auth.pki import RENEW_BEFORE
+    from orchestrator.agent import servingcert
+    from orchestrator.security.pki import RENEW_BEFORE
 
     out: list[tuple[str, dt.timedelta | None]] = []
     if (data_dir / "pki" / "ca.crt").exists():
@@ -119,13 +119,13 @@ def _cluster_ca(data_dir: Path, kubeconfig: Path | None = None) -> Any:
     kubeconfig; None when neither is readable."""
     from cryptography import x509
 
-    from ..agent.join import CREDENTIALS_FILE
+    from orchestrator.agent.join import CREDENTIALS_FILE
 
     try:
         return x509.load_pem_x509_certificate((data_dir / "pki" / "ca.crt").read_bytes())
     except (OSError, ValueError):
         pass
-    from ..client.config import ConfigError, load_kubeconfig
+    from orchestrator.client.config import ConfigError, load_kubeconfig
 
     try:
         ca_pem = load_kubeconfig(kubeconfig or data_dir / CREDENTIALS_FILE).ca_pem
@@ -138,7 +138,7 @@ def check_rows(data_dir: Path, *, now: dt.datetime | None = None) -> list[Row]:
     """One row per certificate in `data_dir` (blocking file I/O)."""
     from cryptography import x509
 
-    from ..api.auth.pki import signed_by
+    from orchestrator.security.pki import signed_by
 
     now = now or dt.datetime.now(dt.UTC)
     data_dir = _data_dir(data_dir)
@@ -177,14 +177,14 @@ def print_rows(rows: list[Row], now: dt.datetime) -> None:
 
 def rotate(data_dir: Path, kubeconfig: Path | None = None, timeout: float = 30.0) -> list[str]:
     """Re-issue every leaf in `data_dir` (module doc); the relative paths renewed."""
-    from ..agent import servingcert
+    from orchestrator.agent import servingcert
 
     data_dir = _data_dir(data_dir)
     names = [name for name, _ in _leaves(data_dir)]
     done: list[str] = []
     if "pki/apiserver.crt" in names:
-        from ..api.auth.pki import PkiError, load_pki, renew_serving_cert
-        from ..api.logproxy import kubelet_client_cert
+        from orchestrator.apiserver.logproxy import kubelet_client_cert
+        from orchestrator.security.pki import PkiError, load_pki, renew_serving_cert
 
         try:
             pki = load_pki(data_dir)
@@ -216,8 +216,8 @@ def _rotate_store_certs(data_dir: Path, names: list[str]) -> list[str]:
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
-    from ..api.auth.peercerts import issue_admin_cert, issue_peer_cert, server_node_id
-    from ..api.auth.pki import PkiError
+    from orchestrator.security.peercerts import issue_admin_cert, issue_peer_cert, server_node_id
+    from orchestrator.security.pki import PkiError
 
     if not (data_dir / "pki" / "ca.key").is_file():
         raise CertsError(
@@ -244,10 +244,10 @@ def _rotate_store_certs(data_dir: Path, names: list[str]) -> list[str]:
 async def _rotate_agent(data_dir: Path, kubeconfig: Path | None) -> None:
     from cryptography import x509
 
-    from ..agent import servingcert
-    from ..agent.join import CREDENTIALS_FILE
-    from ..client.config import ConfigError, load_kubeconfig
-    from ..client.protocol import ApiConnectionError, ApiException
+    from orchestrator.agent import servingcert
+    from orchestrator.agent.join import CREDENTIALS_FILE
+    from orchestrator.client.config import ConfigError, load_kubeconfig
+    from orchestrator.client.protocol import ApiConnectionError, ApiException
 
     path = kubeconfig or data_dir / CREDENTIALS_FILE
     try:

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import systemd
+from orchestrator import systemd
 
 __all__ = ["add_parser", "main"]
 
@@ -142,7 +142,7 @@ def plan(
     flags, token = extract_token(flags)
     if not _has_flag(flags, "--data-dir"):
         flags = ["--data-dir", default_data, *flags]
-    from .main import _build_parser
+    from orchestrator.cli.main import _build_parser
 
     check = _build_parser()  # the service's own parser: fail now, not at boot
     try:

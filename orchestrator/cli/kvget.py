@@ -23,7 +23,7 @@ import json
 import re
 from typing import TextIO
 
-from ..store.types import KeyValue
+from orchestrator.store.types import KeyValue
 
 __all__ = ["as_text", "print_value"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from .. import config, logsetup
+from orchestrator import config, logsetup
 
 DEFAULT_PEER = "127.0.0.1:7001"
 DEFAULT_CLIENT = "127.0.0.1:7101"
@@ -152,7 +152,7 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--node-name", help="name of this server's Node (default: the hostname)")
     s.add_argument("--no-agent", action="store_true", help="run no node agent on this server")
     s.add_argument("--containerd-socket", help="containerd's socket for this server's agent")
-    from ..agent.service import add_kubelet_port
+    from orchestrator.agent.service import add_kubelet_port
 
     add_kubelet_port(s)  # --kubelet-port: the embedded agent's log endpoint
     s.add_argument(
@@ -179,7 +179,9 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--plain-http", action="store_true", help=argparse.SUPPRESS)
 
     ep = argparse.ArgumentParser(add_help=False)
-    from . import storecreds  # --endpoints, --data-dir, --cacert/--cert/--key, --timeout
+    from orchestrator.cli import (
+        storecreds,  # --endpoints, --data-dir, --cacert/--cert/--key, --timeout
+    )
 
     storecreds.add_options(ep)
 
@@ -222,29 +224,31 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     st.add_argument("-o", "--output", choices=["table", "json"], default="table")
     lean = argv is not None and config.find_command(argv, p) in config.COMMANDS
     if not lean:
-        from . import backup as backup_cli  # orchestrator backup | restore
-        from . import status as status_cli  # status --kubeconfig / --data-dir
+        from orchestrator.cli import backup as backup_cli  # orchestrator backup | restore
+        from orchestrator.cli import status as status_cli  # status --kubeconfig / --data-dir
 
         status_cli.add_options(st)
         backup_cli.add_parsers(sub, ep)
 
-        from . import kube  # kubectl-like commands against the API server (apply, get, ...)
+        from orchestrator.cli import (
+            kube,  # kubectl-like commands against the API server (apply, get, ...)
+        )
 
         kube.add_parsers(sub)
-        from ..bench import reconcile as bench_reconcile  # orchestrator bench reconcile
+        from orchestrator.bench import reconcile as bench_reconcile  # orchestrator bench reconcile
 
         bench_reconcile.add_parser(sub)
-    from ..agent import service as agent_service  # orchestrator agent
+    from orchestrator.agent import service as agent_service  # orchestrator agent
 
     agent_service.add_parser(sub)
     if not lean:
-        from . import token as token_cli  # orchestrator token create|list|revoke
+        from orchestrator.cli import token as token_cli  # orchestrator token create|list|revoke
 
         token_cli.add_parser(sub)
-        from . import certs as certs_cli  # orchestrator certs check|rotate
+        from orchestrator.cli import certs as certs_cli  # orchestrator certs check|rotate
 
         certs_cli.add_parser(sub)
-        from . import install_service  # orchestrator install-service
+        from orchestrator.cli import install_service  # orchestrator install-service
 
         install_service.add_parser(sub)
     for command in config.COMMANDS:  # --config FILE, --print-config
@@ -253,14 +257,19 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _server(args: argparse.Namespace) -> int:
-    from ..raft.node import NodeConfig
-    from ..raft.transport import FaultInjector
-    from ..server import ServerOptions, cluster_token, node_identity, serve_until_signalled
-    from ..store.raftstore import CompactionPolicy
+    from orchestrator.raft.node import NodeConfig
+    from orchestrator.raft.transport import FaultInjector
+    from orchestrator.server import (
+        ServerOptions,
+        cluster_token,
+        node_identity,
+        serve_until_signalled,
+    )
+    from orchestrator.store.raftstore import CompactionPolicy
 
     if args.node_id is not None and args.node_id < 1:
         raise SystemExit("error: --node-id must be >= 1")
-    from ..client.endpoints import split_servers
+    from orchestrator.client.endpoints import split_servers
 
     servers = split_servers(args.server or [])
     if servers and args.join is not None:
@@ -293,7 +302,7 @@ def _server(args: argparse.Namespace) -> int:
             "(it also encrypts the credentials they share)"
         )
     node_id = node_identity(args.data_dir, args.node_id, joining=joining)
-    from ..api.auth.jointoken import parse_token
+    from orchestrator.security.jointoken import parse_token
 
     try:  # `K10<CA sha256>::<cluster token>`: the pin is checked before joining
         given = parse_token(args.token) if args.token else None
@@ -305,7 +314,7 @@ def _server(args: argparse.Namespace) -> int:
         and args.initial_cluster
         and not (args.data_dir / "pki" / "ca.crt").exists()
     ):
-        from ..api.auth.peercerts import check_founder_token
+        from orchestrator.security.peercerts import check_founder_token
 
         try:  # the new cluster's CA is derived from the token: a weak one could be guessed
             check_founder_token(given.credentials, len(args.initial_cluster))
@@ -335,9 +344,9 @@ def _server(args: argparse.Namespace) -> int:
         raise SystemExit(  # noqa: B904  (a usage error: the ValueError adds nothing)
             f"error: --auto-compaction {args.auto_compaction!r} is not like 5m or 10000"
         )
-    from ..agent.service import AgentConfig, default_node_name
-    from ..api.apiserver import ApiOptions, split_host_port
-    from ..controllers.runtime.manager import ControllerOptions
+    from orchestrator.agent.service import AgentConfig, default_node_name
+    from orchestrator.apiserver.server import ApiOptions, split_host_port
+    from orchestrator.controllers.runtime.manager import ControllerOptions
 
     serve_api = args.listen.lower() not in ("", "none")
     if serve_api:
@@ -388,8 +397,8 @@ def _server(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    from ..listenerrors import ListenerError
-    from ..serverjoin import JoinFailed
+    from orchestrator.cluster.join import JoinFailed
+    from orchestrator.listenerrors import ListenerError
 
     failure: BaseException | None = None
     try:
@@ -406,8 +415,8 @@ def _server(args: argparse.Namespace) -> int:
 
 
 async def _client_command(args: argparse.Namespace) -> int:
-    from ..store.client import StoreClient
-    from . import storecreds
+    from orchestrator.cli import storecreds
+    from orchestrator.store.client import StoreClient
 
     endpoints, tls, cluster = storecreds.resolve(args)
     print(f"cluster: {cluster} (servers {', '.join(endpoints)})", file=sys.stderr, flush=True)
@@ -418,7 +427,7 @@ async def _client_command(args: argparse.Namespace) -> int:
                     await c.put(args.key, args.value.encode())
                     print("OK")
                 elif args.kv_command == "get":
-                    from .kvget import print_value
+                    from orchestrator.cli.kvget import print_value
 
                     got = await c.get_kv(args.key, linearizable=not args.stale)
                     if got is None:
@@ -444,7 +453,7 @@ async def _client_command(args: argparse.Namespace) -> int:
                         rows.append((e, await c.status(e)))
                     except (OSError, Exception) as exc:  # one dead server must not hide the rest
                         rows.append((e, {"error": str(exc) or type(exc).__name__}))
-                from . import status as status_cli
+                from orchestrator.cli import status as status_cli
 
                 path = status_cli.kubeconfig_of(args)
                 kube = None if path is None else await status_cli.kube_summary(path, 5.0)
@@ -463,7 +472,7 @@ def _size(n: int) -> str:
 def _print_status(
     rows: list[tuple[str, dict[str, Any]]], output: str, kube: dict[str, Any] | None = None
 ) -> None:
-    from . import status as status_cli
+    from orchestrator.cli import status as status_cli
 
     if output == "json":
         report: dict[str, Any] = dict(rows)
@@ -506,27 +515,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "server":
             return _server(args)
         if args.command == "token":
-            from . import token as token_cli
+            from orchestrator.cli import token as token_cli
 
             return token_cli.main(args)
         if args.command == "agent":
-            from ..agent import service as agent_service
+            from orchestrator.agent import service as agent_service
 
             return agent_service.main(args)
         if args.command == "certs":
-            from . import certs as certs_cli
+            from orchestrator.cli import certs as certs_cli
 
             return certs_cli.main(args)
         if args.command == "install-service":
-            from . import install_service
+            from orchestrator.cli import install_service
 
             return install_service.main(args)
         if args.command == "bench":
-            from ..bench import reconcile as bench_reconcile
+            from orchestrator.bench import reconcile as bench_reconcile
 
             return bench_reconcile.main(args)
-        from . import backup as backup_cli
-        from . import kube
+        from orchestrator.cli import backup as backup_cli
+        from orchestrator.cli import kube
 
         if args.command in backup_cli.COMMANDS:
             return backup_cli.main(args)
@@ -542,7 +551,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     except Exception as exc:
-        from ..store.client import ClientError
+        from orchestrator.store.client import ClientError
 
         if isinstance(exc, (ClientError, OSError, ValueError)):
             print(f"error: {exc}", file=sys.stderr)

@@ -55,7 +55,7 @@ def raft_summary(rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 def summarize_nodes(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> dict[str, Any]:
     """Nodes (name, status as `get nodes` shows it, pods bound to it) and pods per phase."""
-    from ..api.schema.core_v1_node import node_status_cell
+    from orchestrator.kube.schema.core_v1_node import node_status_cell
 
     now = time.time()
     per_node = Counter(str((p.get("spec") or {}).get("nodeName") or "") for p in pods)
@@ -88,7 +88,7 @@ def summarize_nodes(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> 
 
 async def kube_summary(kubeconfig: Path, request_timeout: float) -> dict[str, Any]:
     """Nodes and pods through the API server; {"error": ...} if it cannot be read."""
-    from ..client import (
+    from orchestrator.client import (
         NODES,
         PODS,
         ApiConnectionError,

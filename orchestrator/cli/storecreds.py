@@ -1,6 +1,6 @@
 """Where `orchestrator kv|member|status|backup` connect and with which credentials.
 
-The store's client port requires mutual TLS (`api.auth.peercerts`): a client certificate of the
+The store's client port requires mutual TLS (`security.peercerts`): a client certificate of the
 cluster CA that is an admin's (or a server's). Sources, first match wins:
 
 1. `--cacert FILE --cert FILE --key FILE` (all three);
@@ -66,7 +66,7 @@ def _data_dir(args: argparse.Namespace) -> Path | None:
 
 def resolve(args: argparse.Namespace) -> tuple[list[str], ssl.SSLContext, str]:
     """(endpoints, TLS context, "CA sha256:<12 hex>") for a store command (module doc)."""
-    from ..store.client import ClientTLS
+    from orchestrator.store.client import ClientTLS
 
     explicit = [getattr(args, n, None) for n in ("cacert", "cert", "key")]
     data_dir = None

@@ -4,7 +4,7 @@
     orchestrator token list [-o table|json]
     orchestrator token revoke ID
 
-They talk to the API server's `/orchestrator/v1/tokens` endpoints (`api/tokenapi.py`) with an
+They talk to the API server's `/orchestrator/v1/tokens` endpoints (`apiserver/tokenapi.py`) with an
 admin kubeconfig: `--kubeconfig FILE`, or `--data-dir DIR` for a server's own
 `DIR/kubeconfig.yaml`, else kubectl's `$KUBECONFIG` / `~/.kube/config`. The table lives in the
 replicated store, so any server will do and a revocation holds on every server.
@@ -103,8 +103,8 @@ def print_table(items: list[dict[str, Any]]) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from ..client.config import load_kubeconfig
-    from ..client.rest import RestClient
+    from orchestrator.client.config import load_kubeconfig
+    from orchestrator.client.rest import RestClient
 
     path = args.kubeconfig or (args.data_dir / "kubeconfig.yaml" if args.data_dir else None)
     cfg = load_kubeconfig(path)
@@ -134,8 +134,8 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ..client.config import ConfigError
-    from ..client.protocol import ApiConnectionError, ApiException
+    from orchestrator.client.config import ConfigError
+    from orchestrator.client.protocol import ApiConnectionError, ApiException
 
     try:
         return trio.run(_run, args)

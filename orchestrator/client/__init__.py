@@ -8,7 +8,7 @@ watch and streams; errors as `ApiException`); `discover` -> `ResourceMapper` (wh
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .protocol import (
+from orchestrator.client.protocol import (
     APPLY_PATCH,
     JSON,
     JSON_PATCH,
@@ -20,12 +20,30 @@ from .protocol import (
     WatchDecoder,
     WatchEvent,
 )
-from .resource import DEPLOYMENTS, EVENTS, NAMESPACES, NODES, PODS, REPLICASETS, ResourceInfo
+from orchestrator.client.resource import (
+    DEPLOYMENTS,
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    REPLICASETS,
+    ResourceInfo,
+)
 
 if TYPE_CHECKING:
-    from .config import ClientConfig, ConfigError, default_kubeconfig_paths, load_kubeconfig
-    from .discovery import ResourceMapper, ResourceNotFound, discover, parse_resource_lists
-    from .rest import RestClient
+    from orchestrator.client.config import (
+        ClientConfig,
+        ConfigError,
+        default_kubeconfig_paths,
+        load_kubeconfig,
+    )
+    from orchestrator.client.discovery import (
+        ResourceMapper,
+        ResourceNotFound,
+        discover,
+        parse_resource_lists,
+    )
+    from orchestrator.client.rest import RestClient
 
 # Imported on first use (`__getattr__`), not with the package: the transport (httpx) and the
 # kubeconfig reader (yaml) would otherwise be loaded into every process that only needs the

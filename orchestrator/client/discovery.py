@@ -25,9 +25,9 @@ from typing import Any
 
 import trio
 
-from .protocol import ApiException
-from .resource import ResourceInfo
-from .rest import RestClient
+from orchestrator.client.protocol import ApiException
+from orchestrator.client.resource import ResourceInfo
+from orchestrator.client.rest import RestClient
 
 __all__ = ["ResourceMapper", "ResourceNotFound", "discover", "parse_resource_lists"]
 

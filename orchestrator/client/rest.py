@@ -45,9 +45,9 @@ from typing import Any, Self
 import httpx
 import trio
 
-from .config import ClientConfig
-from .endpoints import EndpointSet
-from .protocol import (
+from orchestrator.client.config import ClientConfig
+from orchestrator.client.endpoints import EndpointSet
+from orchestrator.client.protocol import (
     JSON,
     MERGE_PATCH,
     ApiConnectionError,
@@ -55,7 +55,7 @@ from .protocol import (
     WatchDecoder,
     WatchEvent,
 )
-from .resource import ResourceInfo
+from orchestrator.client.resource import ResourceInfo
 
 __all__ = ["RestClient"]  # the transport-free values live in `protocol`
 

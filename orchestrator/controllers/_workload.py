@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import trio
 
-from .podutil import is_pod_ready, meta, pod_ready_since
+from orchestrator.controllers.podutil import is_pod_ready, meta, pod_ready_since
+from orchestrator.kube.objects import Obj
 
-Obj = dict[str, Any]
 T = TypeVar("T")
 
 REVISION_LABEL = "controller-revision-hash"

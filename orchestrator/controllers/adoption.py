@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.errors import ApiError
-from ..api.selectors import LabelSelector
-from ..client.resource import ResourceInfo
-from .podutil import ORPHAN_INDEX, claim, controller_ref, meta
-from .runtime.client import Client
-from .runtime.informer import OWNER_INDEX, object_key
-
-Obj = dict[str, Any]
+from orchestrator.client.resource import ResourceInfo
+from orchestrator.controllers.podutil import ORPHAN_INDEX, claim, controller_ref, meta
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.informer import OWNER_INDEX, object_key
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.selectors import LabelSelector
 
 
 async def claim_dependents(

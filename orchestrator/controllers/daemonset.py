@@ -75,11 +75,8 @@ from typing import Any, Final
 
 import trio
 
-from ..api.errors import ApiError
-from ..client.resource import DAEMONSETS, NODES, PODS
-from ..scheduler import NodeInfo, PodInfo
-from ..scheduler.info import tolerates
-from ._workload import (
+from orchestrator.client.resource import DAEMONSETS, NODES, PODS
+from orchestrator.controllers._workload import (
     REVISION_LABEL,
     available_in,
     is_terminating,
@@ -88,7 +85,7 @@ from ._workload import (
     slow_start,
     spec,
 )
-from .podutil import (
+from orchestrator.controllers.podutil import (
     Expectations,
     controller_ref,
     creation_time,
@@ -97,12 +94,20 @@ from .podutil import (
     meta,
     pod_template_hash,
 )
-from .runtime.client import Client
-from .runtime.controller import Controller, Result, enqueue_owner
-from .runtime.events import EventRecorder
-from .runtime.informer import OWNER_INDEX, DeletedFinalStateUnknown, SharedInformer
-from .runtime.manager import ControllerContext
-from .runtime.metrics import REGISTRY, Registry
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.controller import Controller, Result, enqueue_owner
+from orchestrator.controllers.runtime.events import EventRecorder
+from orchestrator.controllers.runtime.informer import (
+    OWNER_INDEX,
+    DeletedFinalStateUnknown,
+    SharedInformer,
+)
+from orchestrator.controllers.runtime.manager import ControllerContext
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.scheduler import NodeInfo, PodInfo
+from orchestrator.scheduler.info import tolerates
 
 __all__ = [
     "BURST",
@@ -117,7 +122,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 BURST: Final = 250  # upstream's DaemonSet BurstReplicas
 WORKERS: Final = 2  # upstream's --concurrent-daemonset-syncs

@@ -29,19 +29,24 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..api.errors import ApiError
-from ..client.resource import ENDPOINTS, PODS, SERVICES
-from .runtime.client import Client
-from .runtime.controller import Controller, Result
-from .runtime.informer import NAMESPACE_INDEX, InformerFactory, deleted_object, object_key
-from .runtime.manager import ControllerContext
-from .runtime.metrics import REGISTRY, Registry
+from orchestrator.client.resource import ENDPOINTS, PODS, SERVICES
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.controller import Controller, Result
+from orchestrator.controllers.runtime.informer import (
+    NAMESPACE_INDEX,
+    InformerFactory,
+    deleted_object,
+    object_key,
+)
+from orchestrator.controllers.runtime.manager import ControllerContext
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
 
 __all__ = ["EndpointsController", "desired_subsets", "endpoints_controller"]
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 WORKERS = 5  # --concurrent-endpoint-syncs
 
 

@@ -50,16 +50,21 @@ from typing import Any
 
 import trio
 
-from ..api.errors import ApiError
-from ..api.schema.kind import Kind
-from ..api.schema.kind import Registry as KindRegistry
-from ..client import ResourceInfo
-from ..client import resource as _known
-from .runtime.client import Client
-from .runtime.controller import Controller, Result
-from .runtime.informer import DeletedFinalStateUnknown, InformerFactory, SharedInformer
-from .runtime.manager import ControllerContext
-from .runtime.metrics import REGISTRY, Registry
+from orchestrator.client import ResourceInfo
+from orchestrator.client import resource as _known
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.controller import Controller, Result
+from orchestrator.controllers.runtime.informer import (
+    DeletedFinalStateUnknown,
+    InformerFactory,
+    SharedInformer,
+)
+from orchestrator.controllers.runtime.manager import ControllerContext
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.kind import Kind
+from orchestrator.kube.schema.kind import Registry as KindRegistry
 
 __all__ = [
     "FOREGROUND",
@@ -75,7 +80,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"

@@ -28,22 +28,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
-from ..api.errors import ApiError
-from ..api.schema.columns import now_rfc3339
-from ..client import NAMESPACES, ResourceInfo
-from .runtime.client import Client
-from .runtime.controller import Controller, Result
-from .runtime.informer import InformerFactory
-from .runtime.manager import ControllerContext
-from .runtime.metrics import REGISTRY, Registry
+from orchestrator.client import NAMESPACES, ResourceInfo
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.controller import Controller, Result
+from orchestrator.controllers.runtime.informer import InformerFactory
+from orchestrator.controllers.runtime.manager import ControllerContext
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.columns import now_rfc3339
 
 __all__ = ["KUBERNETES_FINALIZER", "NamespaceController", "namespace_controller"]
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 KUBERNETES_FINALIZER = "kubernetes"
 WORKERS = 10  # --concurrent-namespace-syncs
@@ -194,7 +193,7 @@ def namespace_controller(
 ) -> Controller:
     """The namespace `Controller` over this server's API (every namespaced kind it serves,
     Events included, is emptied)."""
-    from .gc import served_resources
+    from orchestrator.controllers.gc import served_resources
 
     registry = ctx.client.api.registry
     return NamespaceController(

@@ -53,19 +53,24 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
-from ..api.errors import ApiError
-from ..api.schema.columns import now_rfc3339, parse_rfc3339
-from ..client.resource import LEASES, NODES, PODS
-from .runtime.client import Client
-from .runtime.controller import Controller, Result
-from .runtime.events import EventRecorder
-from .runtime.informer import NODE_NAME_INDEX, InformerFactory, SharedInformer, object_key
-from .runtime.manager import ControllerContext
-from .runtime.metrics import REGISTRY, Registry
+from orchestrator.client.resource import LEASES, NODES, PODS
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.controller import Controller, Result
+from orchestrator.controllers.runtime.events import EventRecorder
+from orchestrator.controllers.runtime.informer import (
+    NODE_NAME_INDEX,
+    InformerFactory,
+    SharedInformer,
+    object_key,
+)
+from orchestrator.controllers.runtime.manager import ControllerContext
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.columns import now_rfc3339, parse_rfc3339
 
 __all__ = [
     "NOT_READY_TAINT",
@@ -81,7 +86,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"

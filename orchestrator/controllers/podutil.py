@@ -46,8 +46,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..api.schema.columns import parse_rfc3339
-from ..api.selectors import LabelSelector
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.columns import parse_rfc3339
+from orchestrator.kube.selectors import LabelSelector
 
 __all__ = [
     "EXPECTATIONS_TIMEOUT",
@@ -72,7 +73,6 @@ __all__ = [
     "safe_encode",
 ]
 
-Obj = dict[str, Any]
 
 POD_TEMPLATE_HASH_LABEL = "pod-template-hash"
 EXPECTATIONS_TIMEOUT = 300.0  # seconds (upstream ExpectationsTimeout)

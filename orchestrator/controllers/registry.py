@@ -8,16 +8,16 @@ and any other `Component` (an `async run(*, task_status)`), such as the `Schedul
 
 from __future__ import annotations
 
-from ..scheduler.scheduler import Scheduler
-from .daemonset import daemonset_controller
-from .deployment import deployment_controller
-from .endpoints import endpoints_controller
-from .gc import garbage_collector
-from .namespace import namespace_controller
-from .nodelifecycle import NodeLifecycleOptions, node_lifecycle_controllers
-from .replicaset import replicaset_controller
-from .runtime.manager import Component, ControllerContext
-from .statefulset import statefulset_controller
+from orchestrator.controllers.daemonset import daemonset_controller
+from orchestrator.controllers.deployment import deployment_controller
+from orchestrator.controllers.endpoints import endpoints_controller
+from orchestrator.controllers.gc import garbage_collector
+from orchestrator.controllers.namespace import namespace_controller
+from orchestrator.controllers.nodelifecycle import NodeLifecycleOptions, node_lifecycle_controllers
+from orchestrator.controllers.replicaset import replicaset_controller
+from orchestrator.controllers.runtime.manager import Component, ControllerContext
+from orchestrator.controllers.statefulset import statefulset_controller
+from orchestrator.scheduler.scheduler import Scheduler
 
 __all__ = ["default_controllers"]
 

@@ -47,15 +47,10 @@ from typing import Any
 
 import trio
 
-from ..api.errors import ApiError
-from ..api.jsonvalue import copy_json
-from ..api.schema.columns import now_rfc3339
-from ..api.selectors import LabelSelector, from_label_selector_object
-from .adoption import claim_dependents
-from .podutil import (
+from orchestrator.controllers.adoption import claim_dependents
+from orchestrator.controllers.podutil import (
     Cache,
     Expectations,
-    Obj,
     controller_ref,
     creation_time,
     ensure_orphan_index,
@@ -67,17 +62,22 @@ from .podutil import (
     meta,
     pod_ready_since,
 )
-from .runtime.client import PODS, REPLICASETS, Client
-from .runtime.controller import Controller, Result, enqueue_owner
-from .runtime.events import EventRecorder
-from .runtime.informer import (
+from orchestrator.controllers.runtime.client import PODS, REPLICASETS, Client
+from orchestrator.controllers.runtime.controller import Controller, Result, enqueue_owner
+from orchestrator.controllers.runtime.events import EventRecorder
+from orchestrator.controllers.runtime.informer import (
     NAMESPACE_INDEX,
     SharedInformer,
     controller_of,
     deleted_object,
     object_key,
 )
-from .runtime.manager import ControllerContext
+from orchestrator.controllers.runtime.manager import ControllerContext
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.jsonvalue import copy_json
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.columns import now_rfc3339
+from orchestrator.kube.selectors import LabelSelector, from_label_selector_object
 
 __all__ = [
     "BURST_REPLICAS",

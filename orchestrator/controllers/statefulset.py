@@ -56,13 +56,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import trio
 
-from ..api.errors import ApiError
-from ..client.resource import PODS, STATEFULSETS
-from ._workload import (
+from orchestrator.client.resource import PODS, STATEFULSETS
+from orchestrator.controllers._workload import (
     REVISION_LABEL,
     available_in,
     is_running_and_ready,
@@ -70,13 +69,15 @@ from ._workload import (
     phase,
     spec,
 )
-from .podutil import controller_ref, meta, pod_template_hash
-from .runtime.client import Client
-from .runtime.controller import Controller, Result, enqueue_owner
-from .runtime.events import EventRecorder
-from .runtime.informer import OWNER_INDEX, SharedInformer
-from .runtime.manager import ControllerContext
-from .runtime.metrics import REGISTRY, Registry
+from orchestrator.controllers.podutil import controller_ref, meta, pod_template_hash
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.controller import Controller, Result, enqueue_owner
+from orchestrator.controllers.runtime.events import EventRecorder
+from orchestrator.controllers.runtime.informer import OWNER_INDEX, SharedInformer
+from orchestrator.controllers.runtime.manager import ControllerContext
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
 
 __all__ = [
     "POD_INDEX_LABEL",
@@ -90,7 +91,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 POD_NAME_LABEL: Final = "statefulset.kubernetes.io/pod-name"
 POD_INDEX_LABEL: Final = "apps.kubernetes.io/pod-index"

@@ -4,7 +4,7 @@ and errors (see `runtime.py`), implemented by `containerd.CriRuntime` (CRI over 
 package's namespace holds the contract only, so importing it never loads grpc.
 """
 
-from . import runtime as _runtime
-from .runtime import *  # noqa: F403  (the contract is exactly runtime.__all__)
+from orchestrator.cri import runtime as _runtime
+from orchestrator.cri.runtime import *  # noqa: F403  (the contract is exactly runtime.__all__)
 
 __all__ = _runtime.__all__

@@ -43,9 +43,9 @@ from typing import Any, Final, TypeVar
 import grpc
 import trio
 
-from .gen import cri_api_pb2 as pb
-from .gen import cri_api_pb2_grpc as _pb_grpc
-from .runtime import (
+from orchestrator.cri.gen import cri_api_pb2 as pb
+from orchestrator.cri.gen import cri_api_pb2_grpc as _pb_grpc
+from orchestrator.cri.runtime import (
     Container,
     ContainerConfig,
     ContainerState,

@@ -61,7 +61,7 @@ from typing import Final
 
 import trio
 
-from .runtime import (
+from orchestrator.cri.runtime import (
     NETWORK_READY,
     RUNTIME_READY,
     Container,

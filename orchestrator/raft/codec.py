@@ -11,7 +11,15 @@ from typing import Any
 
 import msgpack
 
-from .types import ConfState, Entry, EntryType, Message, MsgType, Snapshot, SnapshotMeta
+from orchestrator.raft.types import (
+    ConfState,
+    Entry,
+    EntryType,
+    Message,
+    MsgType,
+    Snapshot,
+    SnapshotMeta,
+)
 
 
 class CodecError(ValueError):

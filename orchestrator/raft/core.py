@@ -50,9 +50,9 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .progress import Progress, ProgressState
-from .raftlog import RaftLog
-from .types import (
+from orchestrator.raft.progress import Progress, ProgressState
+from orchestrator.raft.raftlog import RaftLog
+from orchestrator.raft.types import (
     NONE,
     ConfChange,
     ConfChangeType,

@@ -56,13 +56,13 @@ from typing import Any
 import msgpack
 import trio
 
-from .. import observability as metrics
-from ..dbthread import DbThread
-from .core import RaftConfig, RaftCore, bootstrap
-from .statemachine import StateMachine, pack_batch
-from .storage import RaftStorage
-from .transport import Address, FaultInjector, PeerTLS, PeerTransport
-from .types import (
+from orchestrator import observability as metrics
+from orchestrator.dbthread import DbThread
+from orchestrator.raft.core import RaftConfig, RaftCore, bootstrap
+from orchestrator.raft.statemachine import StateMachine, pack_batch
+from orchestrator.raft.storage import RaftStorage
+from orchestrator.raft.transport import Address, FaultInjector, PeerTLS, PeerTransport
+from orchestrator.raft.types import (
     NONE,
     ConfChange,
     ConfChangeType,

@@ -14,7 +14,7 @@ either in `entries` or not yet written. Pure data structure: no I/O.
 
 from __future__ import annotations
 
-from .types import Entry, Snapshot, SnapshotMeta
+from orchestrator.raft.types import Entry, Snapshot, SnapshotMeta
 
 
 class RaftLog:

@@ -30,7 +30,7 @@ from typing import Protocol
 
 import msgpack
 
-from .types import Entry
+from orchestrator.raft.types import Entry
 
 BATCH_TAG = b"\xc1"
 

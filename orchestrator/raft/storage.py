@@ -42,8 +42,8 @@ from typing import Any
 
 import msgpack
 
-from ..dbthread import open_wal
-from .types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
+from orchestrator.dbthread import open_wal
+from orchestrator.raft.types import ConfState, Entry, EntryType, HardState, Snapshot, SnapshotMeta
 
 SCHEMA_VERSION = 1
 # Entries covered by a local snapshot that one transaction deletes, at most (see the module doc):

@@ -5,7 +5,7 @@ duplication and reordering, so this transport is deliberately lossy: it never bl
 and never buffers without bound; it drops (and counts) instead.
 
 Wire protocol (per connection, one direction only):
-- With `tls` (every server: `PeerTLS`, contexts from `api.auth.peercerts`), each TCP connection
+- With `tls` (every server: `PeerTLS`, contexts from `security.peercerts`), each TCP connection
   starts with a TLS 1.3 handshake in which BOTH sides present a certificate signed by the
   cluster CA. The connecting side then checks that the accepting side's certificate names the
   node id it meant to reach (`PeerTLS.identify`); the accepting side, that the connecting
@@ -66,9 +66,9 @@ from typing import Any
 import msgpack
 import trio
 
-from .codec import CodecError, decode_message, encode_message
-from .framing import MAX_FRAME, FrameDecoder, FramingError, encode_frame
-from .types import Message, NodeId
+from orchestrator.raft.codec import CodecError, decode_message, encode_message
+from orchestrator.raft.framing import MAX_FRAME, FrameDecoder, FramingError, encode_frame
+from orchestrator.raft.types import Message, NodeId
 
 __all__ = [
     "Address",

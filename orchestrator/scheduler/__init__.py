@@ -27,8 +27,8 @@ pods with a node name → `cache.add_pod/update_pod/remove_pod` (a deleted one a
 queue) and `queue.delete`; pending pods → `queue.add` / `queue.delete`.
 """
 
-from .cache import CacheStatistics, SchedulerCache
-from .framework import (
+from orchestrator.scheduler.cache import CacheStatistics, SchedulerCache
+from orchestrator.scheduler.framework import (
     DEFAULT_FRAMEWORK,
     Decision,
     FilterPlugin,
@@ -40,9 +40,9 @@ from .framework import (
     num_feasible_nodes_to_find,
     schedule_one,
 )
-from .info import NodeInfo, PodInfo, pod_key
-from .quantity import parse_cpu_milli, parse_quantity, parse_value
-from .queue import QueueStatistics, SchedulingQueue
+from orchestrator.scheduler.info import NodeInfo, PodInfo, pod_key
+from orchestrator.scheduler.quantity import parse_cpu_milli, parse_quantity, parse_value
+from orchestrator.scheduler.queue import QueueStatistics, SchedulingQueue
 
 __all__ = [
     "DEFAULT_FRAMEWORK",

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .info import NodeInfo, PodInfo, owner_of, pod_key
+from orchestrator.scheduler.info import NodeInfo, PodInfo, owner_of, pod_key
 
 __all__ = ["DEFAULT_ASSUMED_TTL", "CacheStatistics", "SchedulerCache"]
 

@@ -46,8 +46,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from .cache import SchedulerCache
-from .info import NodeInfo, PodInfo, Taint, Toleration, tolerates
+from orchestrator.scheduler.cache import SchedulerCache
+from orchestrator.scheduler.info import NodeInfo, PodInfo, Taint, Toleration, tolerates
 
 __all__ = [
     "DEFAULT_FILTERS",

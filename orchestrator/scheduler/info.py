@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from .quantity import parse_cpu_milli, parse_value
+from orchestrator.scheduler.quantity import parse_cpu_milli, parse_value
 
 __all__ = [
     "DEFAULT_CPU_REQUEST_MILLI",

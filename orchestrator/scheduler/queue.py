@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from .info import pod_key
+from orchestrator.scheduler.info import pod_key
 
 __all__ = [
     "DEFAULT_INITIAL_BACKOFF",

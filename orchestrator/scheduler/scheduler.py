@@ -48,26 +48,27 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 import trio
 
-from ..api.errors import ApiError
-from ..client.resource import NODES, PODS
-from ..controllers.runtime.client import Client
-from ..controllers.runtime.events import EventRecorder
-from ..controllers.runtime.informer import (
+from orchestrator.client.resource import NODES, PODS
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.events import EventRecorder
+from orchestrator.controllers.runtime.informer import (
     DeletedFinalStateUnknown,
     InformerFactory,
     SharedInformer,
     deleted_object,
 )
-from ..controllers.runtime.manager import ControllerContext
-from ..controllers.runtime.metrics import REGISTRY, Registry
-from .cache import SchedulerCache
-from .framework import DEFAULT_FRAMEWORK, Framework
-from .info import PodInfo
-from .queue import SchedulingQueue
+from orchestrator.controllers.runtime.manager import ControllerContext
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.scheduler.cache import SchedulerCache
+from orchestrator.scheduler.framework import DEFAULT_FRAMEWORK, Framework
+from orchestrator.scheduler.info import PodInfo
+from orchestrator.scheduler.queue import SchedulingQueue
 
 __all__ = [
     "DEFAULT_PARALLEL_BINDS",
@@ -78,7 +79,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 DEFAULT_SCHEDULER_NAME: Final = "default-scheduler"
 DEFAULT_PARALLEL_BINDS: Final = 64
 COMPONENT: Final = "default-scheduler"

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import msgpack
 
-from .types import (
+from orchestrator.store.types import (
     Compare,
     InvalidRequest,
     KeyValue,
@@ -26,7 +26,7 @@ from .types import (
     TxnOp,
     TxnResult,
 )
-from .watch import Watcher
+from orchestrator.store.watch import Watcher
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ it with `head -c 4096`. The file is written atomically (temporary file, fsync, r
 the directory): a crash leaves the old file or the new one, never a torn one.
 
 The cluster's credentials (CA key, token table) are in the store, encrypted with the cluster
-token (`api/auth/shared.py`): a backup is only useful together with that token, and restoring
+token (`security/shared.py`): a backup is only useful together with that token, and restoring
 it into a server started with another token fails (the server refuses to start).
 
 Restore (`restore_data_dir`) builds the new data directory next to the target and renames it
@@ -52,9 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..raft.storage import RaftStorage
-from ..raft.types import ConfState, HardState, Snapshot, SnapshotMeta
-from .mvcc import SCHEMA_VERSION, MVCCStore
+from orchestrator.raft.storage import RaftStorage
+from orchestrator.raft.types import ConfState, HardState, Snapshot, SnapshotMeta
+from orchestrator.store.mvcc import SCHEMA_VERSION, MVCCStore
 
 MAGIC = b"ORCHBKP\n"
 FORMAT_VERSION = 1

@@ -11,7 +11,7 @@ by a non-leader, reported lost, or never sent); if the connection breaks after a
 `Indeterminate` is raised, because the write may or may not have been committed. Callers own
 timeouts (`trio.fail_after`).
 
-TLS: servers require mutual TLS on the client port (`api.auth.peercerts`). Give `tls`, either
+TLS: servers require mutual TLS on the client port (`security.peercerts`). Give `tls`, either
 an `ssl.SSLContext` or a `ClientTLS` (paths of the cluster CA and a client certificate: an
 admin's, `ClientTLS.from_data_dir`, or a server's peer certificate). The server's certificate
 is verified against the CA and must be a server certificate (O system:orchestrator:servers);
@@ -36,9 +36,9 @@ from typing import Any
 import msgpack
 import trio
 
-from ..raft.framing import FrameDecoder, encode_frame
-from ..raft.node import parse_addr
-from .types import (
+from orchestrator.raft.framing import FrameDecoder, encode_frame
+from orchestrator.raft.node import parse_addr
+from orchestrator.store.types import (
     Compacted,
     Conflict,
     Event,
@@ -71,7 +71,7 @@ class TLSRefused(ClientError):
     nothing was applied; retrying with the same credentials will not help."""
 
 
-SERVERS_GROUP = "system:orchestrator:servers"  # as `api.auth.peercerts.SERVERS_GROUP`
+SERVERS_GROUP = "system:orchestrator:servers"  # as `security.peercerts.SERVERS_GROUP`
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar, Token
 
-from .types import Unavailable
+from orchestrator.store.types import Unavailable
 
 __all__ = ["Fenced", "current_fence", "fenced"]
 

@@ -106,10 +106,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from ..dbthread import open_wal
-from ..raft.statemachine import BATCH_TAG, unpack_batch
-from ..raft.types import Entry, EntryType
-from .types import (
+from orchestrator.dbthread import open_wal
+from orchestrator.raft.statemachine import BATCH_TAG, unpack_batch
+from orchestrator.raft.types import Entry, EntryType
+from orchestrator.store.types import (
     MAX_KEY_BYTES,
     MAX_TXN_OPS,
     MAX_VALUE_BYTES,
@@ -134,7 +134,7 @@ from .types import (
 )
 
 if TYPE_CHECKING:
-    from ..raft.statemachine import StateMachine
+    from orchestrator.raft.statemachine import StateMachine
 
 DEFAULT_QUOTA_BYTES = 2 * 1024**3  # etcd's default --quota-backend-bytes
 DEFAULT_HISTORY_RING = 10_000  # recent events kept in memory for events_since

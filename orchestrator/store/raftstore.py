@@ -38,8 +38,8 @@ from typing import Any, TypeVar
 
 import trio
 
-from ..observability import RAFT_PROPOSALS_FAILED
-from ..raft.node import (
+from orchestrator.observability import RAFT_PROPOSALS_FAILED
+from orchestrator.raft.node import (
     Busy,
     CallbackWaiter,
     Deposed,
@@ -49,10 +49,10 @@ from ..raft.node import (
     RaftNode,
     ReadAborted,
 )
-from .api import ListResult, decode_continue, encode_continue
-from .fencing import Fenced, current_fence
-from .mvcc import MVCCStore
-from .types import (
+from orchestrator.store.api import ListResult, decode_continue, encode_continue
+from orchestrator.store.fencing import Fenced, current_fence
+from orchestrator.store.mvcc import MVCCStore
+from orchestrator.store.types import (
     Compacted,
     Compare,
     Event,
@@ -71,7 +71,7 @@ from .types import (
     encode_put,
     encode_txn,
 )
-from .watch import Watcher, WatchHub
+from orchestrator.store.watch import Watcher, WatchHub
 
 log = logging.getLogger("orchestrator.store")
 

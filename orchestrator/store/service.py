@@ -26,7 +26,7 @@ closes. The caller bounds the wait (a backup may stream for long).
 Authentication: a server's client port runs mutual TLS (`ServiceTLS`: TLS 1.3, client
 certificate required and verified against the cluster CA by the handshake); after the handshake
 `ServiceTLS.identify` must accept the certificate (a server's peer certificate or an admin's,
-`api.auth.peercerts.client_port_identity`). A refused connection gets one answer frame
+`security.peercerts.client_port_identity`). A refused connection gets one answer frame
 `[nil, "refused", reason]` and is closed, before any request is read; refusals are logged once
 per remote host and reason. Without `tls` (in-process tests and benchmarks only) the port is
 plain TCP and unauthenticated.
@@ -52,8 +52,8 @@ from typing import Any
 import msgpack
 import trio
 
-from ..raft.framing import FrameDecoder, FramingError, encode_frame
-from ..raft.node import (
+from orchestrator.raft.framing import FrameDecoder, FramingError, encode_frame
+from orchestrator.raft.node import (
     Busy,
     InvalidRequest,
     NotLeader,
@@ -66,10 +66,10 @@ from ..raft.node import (
     promote_change,
     remove_change,
 )
-from ..raft.transport import flush_tls_alert
-from .mvcc import SCHEMA_VERSION
-from .raftstore import RaftStore
-from .types import (
+from orchestrator.raft.transport import flush_tls_alert
+from orchestrator.store.mvcc import SCHEMA_VERSION
+from orchestrator.store.raftstore import RaftStore
+from orchestrator.store.types import (
     Compacted,
     Compare,
     CompareTarget,
@@ -82,7 +82,7 @@ from .types import (
     encode_create,
     encode_put,
 )
-from .watch import Watcher
+from orchestrator.store.watch import Watcher
 
 log = logging.getLogger("orchestrator.store.service")
 

@@ -79,7 +79,7 @@ from typing import Any, Protocol, final
 
 import trio
 
-from .types import Compacted, Event
+from orchestrator.store.types import Compacted, Event
 
 __all__ = ["HistorySource", "WatchHub", "WatchResponse", "Watcher"]
 

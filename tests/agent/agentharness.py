@@ -13,9 +13,9 @@ from api.apiharness import Harness
 from sim.simharness import ADMIN, api_of
 
 from orchestrator.agent import Agent, AgentOptions, HostFacts, WorkerOptions, node_client
-from orchestrator.api.errors import ApiError
 from orchestrator.controllers.runtime.client import PODS, Client, InProcessClient
 from orchestrator.cri.simulated import SimulatedRuntime
+from orchestrator.kube.errors import ApiError
 
 Obj = dict[str, Any]
 NODE = "edge-1"

@@ -17,12 +17,12 @@ from cryptography import x509
 from orchestrator.agent import servingcert
 from orchestrator.agent.join import join_config
 from orchestrator.agent.logs import EndpointTLS, LogEndpoint
-from orchestrator.api.auth.pki import ensure_pki
-from orchestrator.api.auth.renewal import CertRenewer, RenewalConfig
-from orchestrator.api.logproxy import kubelet_client_cert, kubelet_client_paths
+from orchestrator.apiserver.logproxy import kubelet_client_cert, kubelet_client_paths
 from orchestrator.cli import certs as certs_cli
 from orchestrator.cli.main import _build_parser
 from orchestrator.client.config import ClientConfig
+from orchestrator.security.pki import ensure_pki
+from orchestrator.security.renewal import CertRenewer, RenewalConfig
 
 FAST = {"check_interval": 0.2, "watch_interval": 0.05, "retry_interval": 0.2}
 

@@ -37,11 +37,11 @@ from sim.simharness import ADMIN, api_of
 from orchestrator.agent import Agent, AgentOptions, WorkerOptions
 from orchestrator.agent.podworker import LABEL_AGENT, LABEL_POD_UID
 from orchestrator.agent.service import AgentConfig
-from orchestrator.api.errors import ApiError
 from orchestrator.controllers.runtime.client import PODS, InProcessClient
 from orchestrator.cri.containerd import CriRuntime
-from orchestrator.cri.daemon import ContainerdInstance
 from orchestrator.cri.runtime import ContainerState, SandboxState
+from orchestrator.kube.errors import ApiError
+from orchestrator.testing.containerd import ContainerdInstance
 
 pytestmark = pytest.mark.slow
 

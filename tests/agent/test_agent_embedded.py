@@ -25,12 +25,12 @@ from orchestrator.agent.service import (
     parse_labels,
     start_endpoint,
 )
-from orchestrator.api.apiserver import ApiOptions
-from orchestrator.api.auth.pki import ensure_pki
+from orchestrator.apiserver.server import ApiOptions
 from orchestrator.cli.main import _build_parser
 from orchestrator.controllers.runtime.client import NODES, PODS, InProcessClient
 from orchestrator.listenerrors import ListenerError
 from orchestrator.raft.node import NodeConfig
+from orchestrator.security.pki import ensure_pki
 from orchestrator.server import Server, ServerOptions
 
 

@@ -22,10 +22,10 @@ from agent.agentharness import (
 )
 from api.apiharness import Harness
 
-from orchestrator.api.errors import ApiError
 from orchestrator.controllers.runtime.client import CONFIGMAPS, EVENTS, PODS
 from orchestrator.cri.runtime import ContainerState
 from orchestrator.cri.simulated import Behaviour, SimulatedRuntime
+from orchestrator.kube.errors import ApiError
 
 Obj = dict[str, Any]
 

@@ -22,7 +22,7 @@ from orchestrator.agent.logs import (
     read_log,
     tail_start,
 )
-from orchestrator.api.errors import ApiError
+from orchestrator.kube.errors import ApiError
 
 T0 = parse_timestamp("2026-11-30T05:58:54Z")
 

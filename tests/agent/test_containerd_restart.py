@@ -25,9 +25,13 @@ from sim.simharness import ADMIN, api_of
 
 from orchestrator.agent import WorkerOptions
 from orchestrator.agent.service import AgentConfig
-from orchestrator.api.errors import ApiError
 from orchestrator.controllers.runtime.client import NODES, PODS, InProcessClient
-from orchestrator.cri.daemon import ContainerdError, ContainerdInstance, missing_prerequisites
+from orchestrator.kube.errors import ApiError
+from orchestrator.testing.containerd import (
+    ContainerdError,
+    ContainerdInstance,
+    missing_prerequisites,
+)
 
 pytestmark = pytest.mark.slow
 

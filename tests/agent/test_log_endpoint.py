@@ -17,13 +17,13 @@ import pytest
 import trio
 
 from orchestrator.agent.logs import AUTHORIZED_USER, EndpointTLS, LogEndpoint, log_dir
-from orchestrator.api.app import ApiApp
-from orchestrator.api.auth.pki import Pki, ensure_pki, issue_client_cert
-from orchestrator.api.auth.tls import serve
-from orchestrator.api.errors import ApiError, not_found
-from orchestrator.api.logproxy import KUBELET_CLIENT_USER, AgentLogProxy, kubelet_client_cert
-from orchestrator.api.schema.builtin import builtin_registry
-from orchestrator.api.schema.kind import Kind
+from orchestrator.apiserver.app import ApiApp
+from orchestrator.apiserver.logproxy import KUBELET_CLIENT_USER, AgentLogProxy, kubelet_client_cert
+from orchestrator.kube.errors import ApiError, not_found
+from orchestrator.kube.schema.builtin import builtin_registry
+from orchestrator.kube.schema.kind import Kind
+from orchestrator.security.pki import Pki, ensure_pki, issue_client_cert
+from orchestrator.security.tls import serve
 
 Obj = dict[str, Any]
 UID = "uid-1"

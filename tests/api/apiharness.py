@@ -22,9 +22,9 @@ import yaml
 from cryptography import x509
 
 from orchestrator.agent.service import AgentConfig
-from orchestrator.api.apiserver import ApiOptions
-from orchestrator.api.auth.renewal import RenewalConfig
+from orchestrator.apiserver.server import ApiOptions
 from orchestrator.raft.node import NodeConfig
+from orchestrator.security.renewal import RenewalConfig
 from orchestrator.server import Server, ServerOptions
 
 

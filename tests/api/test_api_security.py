@@ -13,7 +13,7 @@ import pytest
 import trio
 from apiharness import Harness, api_server
 
-from orchestrator.api.auth.pki import ensure_pki, issue_client_cert
+from orchestrator.security.pki import ensure_pki, issue_client_cert
 
 
 @pytest.fixture

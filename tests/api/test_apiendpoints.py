@@ -8,7 +8,8 @@ from pathlib import Path
 import trio
 from api.apiharness import api_server
 
-from orchestrator.api.apiendpoints import (
+from orchestrator.client.endpoints import urls_from_endpoints
+from orchestrator.cluster.apiendpoints import (
     ANNOTATION,
     ApiEndpointsPublisher,
     advertised_host,
@@ -16,7 +17,6 @@ from orchestrator.api.apiendpoints import (
     endpoints_object,
     published_servers,
 )
-from orchestrator.client.endpoints import urls_from_endpoints
 
 
 def outbound() -> str:

@@ -14,7 +14,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 
-from orchestrator.api.auth import (
+from orchestrator.kube.errors import ApiError
+from orchestrator.security import (
     Attributes,
     Authenticator,
     TokenStore,
@@ -28,10 +29,9 @@ from orchestrator.api.auth import (
     node_may_read,
     write_kubeconfig,
 )
-from orchestrator.api.auth.authn import bearer_token, user_from_certificate
-from orchestrator.api.auth.authz import authorize_resource
-from orchestrator.api.auth.tokens import BOOTSTRAP_RE
-from orchestrator.api.errors import ApiError
+from orchestrator.security.authn import bearer_token, user_from_certificate
+from orchestrator.security.authz import authorize_resource
+from orchestrator.security.tokens import BOOTSTRAP_RE
 
 NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 

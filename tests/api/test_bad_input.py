@@ -28,7 +28,7 @@ from apiharness import Live, live_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.api.auth.tls import MAX_REQUEST_HEAD
+from orchestrator.security.tls import MAX_REQUEST_HEAD
 
 NS = "bad"
 MiB = 1024 * 1024

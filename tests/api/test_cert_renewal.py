@@ -1,4 +1,4 @@
-"""Certificate renewal while running (`api.auth.renewal`) and `orchestrator certs check|rotate`.
+"""Certificate renewal while running (`security.renewal`) and `orchestrator certs check|rotate`.
 
 The decision is pure and tested as a table; the loop's timing with trio's MockClock and a fake
 leaf; the real thing with an in-process server whose serving certificate is moved into its
@@ -26,8 +26,12 @@ from api.apiharness import api_server, peer_certificate, read_kubeconfig
 from cryptography import x509
 
 from orchestrator.agent.service import AgentConfig
-from orchestrator.api.auth.pki import ensure_pki, write_pair
-from orchestrator.api.auth.renewal import (
+from orchestrator.apiserver.logproxy import kubelet_client_cert, kubelet_client_paths
+from orchestrator.cli import certs as certs_cli
+from orchestrator.cli.main import _build_parser
+from orchestrator.controllers.runtime.metrics import REGISTRY
+from orchestrator.security.pki import ensure_pki, write_pair
+from orchestrator.security.renewal import (
     Action,
     CertRenewer,
     Leaf,
@@ -36,11 +40,7 @@ from orchestrator.api.auth.renewal import (
     decide,
     read_pair,
 )
-from orchestrator.api.auth.tls import ReloadableContext, server_ssl_context
-from orchestrator.api.logproxy import kubelet_client_cert, kubelet_client_paths
-from orchestrator.cli import certs as certs_cli
-from orchestrator.cli.main import _build_parser
-from orchestrator.controllers.runtime.metrics import REGISTRY
+from orchestrator.security.tls import ReloadableContext, server_ssl_context
 
 T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.api.schema.crd import crd_status, kinds_from_crd, validate_crd
-from orchestrator.api.schema.kind import Registry, ScaleSpec
-from orchestrator.api.schema.openapi import openapi_document
-from orchestrator.api.schema.validation import validate
+from orchestrator.kube.schema.crd import crd_status, kinds_from_crd, validate_crd
+from orchestrator.kube.schema.kind import Registry, ScaleSpec
+from orchestrator.kube.schema.openapi import openapi_document
+from orchestrator.kube.schema.validation import validate
 
 NOW = 1735689600.0  # 2025-01-01T00:00:00Z
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.api.schema.builders import (
+from orchestrator.kube.schema.builders import (
     LIST_TYPES,
     MAP_TYPES,
     NAME_KEY,
@@ -17,10 +17,10 @@ from orchestrator.api.schema.builders import (
     TYPES,
     walk,
 )
-from orchestrator.api.schema.builtin import builtin_kinds, builtin_registry
-from orchestrator.api.schema.columns import parse_rfc3339
-from orchestrator.api.schema.kind import Kind
-from orchestrator.api.schema.validation import validate
+from orchestrator.kube.schema.builtin import builtin_kinds, builtin_registry
+from orchestrator.kube.schema.columns import parse_rfc3339
+from orchestrator.kube.schema.kind import Kind
+from orchestrator.kube.schema.validation import validate
 
 Obj = dict[str, Any]
 KINDS = builtin_kinds()

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.api.schema.columns import AGE, NAME
-from orchestrator.api.schema.kind import Kind, Registry, ScaleSpec
-from orchestrator.api.schema.openapi import (
+from orchestrator.kube.schema.columns import AGE, NAME
+from orchestrator.kube.schema.kind import Kind, Registry, ScaleSpec
+from orchestrator.kube.schema.openapi import (
     document_hash,
     openapi_document,
     openapi_index,
@@ -334,7 +334,7 @@ def test_explain_walks_properties_through_refs() -> None:
 
 
 def builtin() -> Registry:
-    mod = pytest.importorskip("orchestrator.api.schema.builtin")
+    mod = pytest.importorskip("orchestrator.kube.schema.builtin")
     reg: Registry = mod.builtin_registry()
     return reg
 

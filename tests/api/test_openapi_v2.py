@@ -19,12 +19,12 @@ from typing import Any, cast
 import trio
 import yaml
 
-from orchestrator.api.app import ApiApp
-from orchestrator.api.openapi_v2_proto import encode_document, varint, yaml_text
-from orchestrator.api.schema.builtin import builtin_registry
-from orchestrator.api.schema.crd import kinds_from_crd
-from orchestrator.api.schema.kind import Registry
-from orchestrator.api.schema.openapi_v2 import (
+from orchestrator.apiserver.app import ApiApp
+from orchestrator.kube.openapi_v2_proto import encode_document, varint, yaml_text
+from orchestrator.kube.schema.builtin import builtin_registry
+from orchestrator.kube.schema.crd import kinds_from_crd
+from orchestrator.kube.schema.kind import Registry
+from orchestrator.kube.schema.openapi_v2 import (
     PROTOBUF_MIME,
     SwaggerCache,
     swagger_document,

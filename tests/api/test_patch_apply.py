@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.api.errors import ApiError
-from orchestrator.api.patch import (
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.patch import (
     decode_fields_v1,
     encode_fields_v1,
     fieldset_of,
@@ -21,7 +21,7 @@ from orchestrator.api.patch import (
     server_side_apply,
     track_update,
 )
-from orchestrator.api.patch.apply import _tree_has
+from orchestrator.kube.patch.apply import _tree_has
 
 STR: dict[str, Any] = {"type": "string"}
 INT: dict[str, Any] = {"type": "integer"}
@@ -692,7 +692,7 @@ def test_update_diff_skipping_equal_subtrees_matches_the_whole_walk(
 ) -> None:
     """track_update compares only fields that differ; it must find what comparing the members
     of both whole objects finds."""
-    from orchestrator.api.patch.apply import _changed, _diff_members, _members
+    from orchestrator.kube.patch.apply import _changed, _diff_members, _members
 
     def twisted(value: Any) -> Any:  # == in Python, not in JSON: True -> 1 -> 1.0
         if isinstance(value, dict):
@@ -731,7 +731,7 @@ def test_create_field_sets_are_memoized_soundly(
 ) -> None:
     """A create's field set comes from a memo keyed by what it depends on: it must equal the
     walk, for the object itself and for variants differing in ignored or relevant metadata."""
-    from orchestrator.api.patch.apply import _created_fields, _diff_members
+    from orchestrator.kube.patch.apply import _created_fields, _diff_members
 
     def walked(obj: dict[str, Any]) -> frozenset[tuple[str, ...]]:
         changed: set[tuple[str, ...]] = set()

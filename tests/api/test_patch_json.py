@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.api.errors import ApiError
-from orchestrator.api.patch import apply_json_patch, apply_merge_patch, create_merge_patch
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.patch import apply_json_patch, apply_merge_patch, create_merge_patch
 
 DOC: dict[str, Any] = {
     "metadata": {"name": "web", "labels": {"a/b": "1", "m~n": "2"}},

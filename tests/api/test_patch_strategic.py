@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.api.errors import ApiError
-from orchestrator.api.patch import (
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.patch import (
     apply_strategic_merge_patch,
     create_three_way_merge_patch,
     create_two_way_merge_patch,

@@ -14,9 +14,9 @@ from apiharness import Harness, api_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.api import protobuf
-from orchestrator.api.app import decode_body
-from orchestrator.api.errors import ApiError
+from orchestrator.apiserver.app import decode_body
+from orchestrator.kube import protobuf
+from orchestrator.kube.errors import ApiError
 
 PB = protobuf.MEDIA_TYPE
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.api.errors import ApiError
-from orchestrator.api.selectors import (
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.selectors import (
     LabelSelector,
     check_field_labels,
     from_label_selector_object,

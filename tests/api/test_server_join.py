@@ -24,17 +24,18 @@ import trio
 from apiharness import Harness, api_server
 from cluster import CLUSTER_TOKEN, REPO_ROOT, Cluster, free_ports
 
-from orchestrator import config, serverjoin
-from orchestrator.api.auth.jointoken import ca_sha256, format_token, parse_token
-from orchestrator.api.members import (
+from orchestrator import config
+from orchestrator.cli.main import _build_parser, main
+from orchestrator.cluster import join as serverjoin
+from orchestrator.cluster.join import JoinFailed, member_endpoints, usable_addresses
+from orchestrator.cluster.members import (
     KEY_PREFIX,
     client_address,
     decode_record,
     encode_record,
     member_items,
 )
-from orchestrator.cli.main import _build_parser, main
-from orchestrator.serverjoin import JoinFailed, member_endpoints, usable_addresses
+from orchestrator.security.jointoken import ca_sha256, format_token, parse_token
 
 MEMBERS = "/orchestrator/v1/members"
 CLUSTER = "t"  # the harness server's cluster token

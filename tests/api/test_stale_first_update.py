@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from apiharness import api_server
 
-from orchestrator.api.auth.authn import User
-from orchestrator.api.errors import ApiError
-from orchestrator.api.storage import ObjectStore
+from orchestrator.apiserver.storage import ObjectStore
 from orchestrator.client import JSON_PATCH
 from orchestrator.client.resource import PODS, ResourceInfo
 from orchestrator.controllers.runtime.client import InProcessClient
+from orchestrator.kube.errors import ApiError
+from orchestrator.security.authn import User
 
 CONFIGMAPS = ResourceInfo(
     "", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",), ("get", "patch", "update")

@@ -15,15 +15,15 @@ import trio
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
-from orchestrator.api.auth import (
+from orchestrator.security import (
     client_cert_der,
     ensure_pki,
     issue_client_cert,
     serve,
     server_ssl_context,
 )
-from orchestrator.api.auth.pki import Pki
-from orchestrator.api.auth.tls import Receive, Scope, Send
+from orchestrator.security.pki import Pki
+from orchestrator.security.tls import Receive, Scope, Send
 
 
 async def echo_app(scope: Scope, receive: Receive, send: Send) -> None:

@@ -29,15 +29,15 @@ from cluster import CLUSTER_TOKEN, REPO_ROOT, Cluster
 
 from orchestrator.agent import join as agent_join
 from orchestrator.agent.join import CREDENTIALS_FILE, JoinError, is_join_token, join_config
-from orchestrator.api.auth.clustertokens import ClusterTokens
-from orchestrator.api.auth.jointoken import (
+from orchestrator.kube.errors import ApiError
+from orchestrator.security.clustertokens import ClusterTokens
+from orchestrator.security.jointoken import (
     PinMismatch,
     ca_sha256,
     check_pin,
     format_token,
     parse_token,
 )
-from orchestrator.api.errors import ApiError
 
 TOKENS = "/orchestrator/v1/tokens"
 

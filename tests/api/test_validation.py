@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.api.errors import invalid
-from orchestrator.api.schema import jsonpath, names, validation
-from orchestrator.api.schema.validation import strict_error, unknown_warnings, validate
+from orchestrator.kube.errors import invalid
+from orchestrator.kube.schema import jsonpath, names, validation
+from orchestrator.kube.schema.validation import strict_error, unknown_warnings, validate
 
 CONTAINER = {
     "type": "object",
@@ -554,7 +554,7 @@ def test_jsonpath_find_never_raises(value: Any) -> None:
 
 
 def test_builtin_deployment_schema() -> None:
-    mod = pytest.importorskip("orchestrator.api.schema.builtin")
+    mod = pytest.importorskip("orchestrator.kube.schema.builtin")
     kind = mod.builtin_registry().by_gvk("apps/v1", "Deployment")
     container = {"name": "nginx", "image": "nginx:1.26", "imagePullPolicyy": "Always"}
     obj: dict[str, Any] = {

@@ -13,14 +13,14 @@ from typing import Any
 
 import trio
 
-from orchestrator.api.apiserver import ApiOptions
-from orchestrator.api.auth.authn import User
-from orchestrator.api.errors import ApiError
+from orchestrator.apiserver.server import ApiOptions
 from orchestrator.client import NAMESPACES, ResourceInfo
 from orchestrator.controllers.runtime.client import InProcessClient
 from orchestrator.controllers.runtime.manager import Component, ControllerContext, ControllerManager
 from orchestrator.controllers.runtime.metrics import Registry
+from orchestrator.kube.errors import ApiError
 from orchestrator.raft.node import NodeConfig
+from orchestrator.security.authn import User
 from orchestrator.server import Server, ServerOptions
 
 Obj = dict[str, Any]

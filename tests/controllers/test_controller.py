@@ -13,8 +13,6 @@ import trio.lowlevel
 import trio.testing
 from api.apiharness import Harness, api_server
 
-from orchestrator.api.auth.authn import User
-from orchestrator.api.errors import ApiError
 from orchestrator.controllers.runtime.client import CONFIGMAPS, EVENTS, Client, InProcessClient
 from orchestrator.controllers.runtime.controller import (
     Controller,
@@ -26,6 +24,8 @@ from orchestrator.controllers.runtime.events import EventRecorder
 from orchestrator.controllers.runtime.informer import SharedInformer
 from orchestrator.controllers.runtime.metrics import Registry
 from orchestrator.controllers.runtime.ratelimit import ItemExponential
+from orchestrator.kube.errors import ApiError
+from orchestrator.security.authn import User
 
 CONTROLLER = User("system:kube-controller-manager", ("system:authenticated",))
 Obj = dict[str, Any]

@@ -15,12 +15,12 @@ import pytest
 import trio
 from storekit import raft_stores
 
-from orchestrator.api.auth.authn import User
-from orchestrator.api.errors import ApiError
-from orchestrator.api.resources import Api
-from orchestrator.api.schema.builtin import builtin_registry
-from orchestrator.api.storage import ObjectStore
+from orchestrator.apiserver.resources import Api
+from orchestrator.apiserver.storage import ObjectStore
 from orchestrator.controllers.runtime.client import NAMESPACES, InProcessClient
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.schema.builtin import builtin_registry
+from orchestrator.security.authn import User
 from orchestrator.store.fencing import Fenced, current_fence, fenced
 from orchestrator.store.raftstore import RaftStore
 

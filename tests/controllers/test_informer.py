@@ -11,7 +11,6 @@ import pytest
 import trio
 from api.apiharness import Harness, api_server
 
-from orchestrator.api.auth.authn import User
 from orchestrator.client import ResourceInfo
 from orchestrator.controllers.runtime.client import (
     CONFIGMAPS,
@@ -31,6 +30,7 @@ from orchestrator.controllers.runtime.informer import (
     deleted_object,
 )
 from orchestrator.controllers.runtime.metrics import Registry
+from orchestrator.security.authn import User
 
 CONTROLLER = User("system:kube-controller-manager", ("system:authenticated",))
 Obj = dict[str, Any]

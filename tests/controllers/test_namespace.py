@@ -12,12 +12,12 @@ import pytest
 import trio
 from ctlharness import Env, controller_server, eventually
 
-from orchestrator.api.errors import ApiError
 from orchestrator.client import NAMESPACES, ResourceInfo
 from orchestrator.client.resource import LEASES, SERVICES
 from orchestrator.controllers.namespace import namespace_controller
 from orchestrator.controllers.runtime.client import CONFIGMAPS, EVENTS, PODS
 from orchestrator.controllers.runtime.manager import Component, ControllerContext
+from orchestrator.kube.errors import ApiError
 
 Obj = dict[str, Any]
 CRDS = ResourceInfo(

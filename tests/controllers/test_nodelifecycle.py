@@ -15,7 +15,6 @@ import pytest
 import trio
 from ctlharness import Env, controller_server, eventually
 
-from orchestrator.api.schema.columns import parse_rfc3339
 from orchestrator.client.resource import NODES, PODS, REPLICASETS
 from orchestrator.controllers.gc import garbage_collector
 from orchestrator.controllers.nodelifecycle import (
@@ -30,8 +29,9 @@ from orchestrator.controllers.nodelifecycle import (
 )
 from orchestrator.controllers.replicaset import replicaset_controller
 from orchestrator.controllers.runtime.manager import Component, ControllerContext
+from orchestrator.kube.schema.columns import parse_rfc3339
 from orchestrator.scheduler.scheduler import Scheduler
-from orchestrator.sim.nodes import SimulatedCluster
+from orchestrator.testing.nodes import SimulatedCluster
 
 Obj = dict[str, Any]
 NS = "default"

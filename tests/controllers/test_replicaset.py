@@ -16,8 +16,6 @@ from api.apiharness import Harness, api_server
 from ctlharness import controller_server
 from workloads import admin_client, patch, start_nodes, until_async
 
-from orchestrator.api.errors import ApiError
-from orchestrator.api.selectors import parse_label_selector
 from orchestrator.controllers.podutil import (
     ORPHAN_INDEX,
     Expectations,
@@ -35,6 +33,8 @@ from orchestrator.controllers.replicaset import (
 from orchestrator.controllers.runtime.client import PODS, REPLICASETS, InProcessClient
 from orchestrator.controllers.runtime.controller import Controller
 from orchestrator.controllers.runtime.informer import NAMESPACE_INDEX, OWNER_INDEX, object_key
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.selectors import parse_label_selector
 
 Obj = dict[str, Any]
 NS = "default"

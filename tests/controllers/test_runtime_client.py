@@ -17,8 +17,6 @@ import pytest
 import trio
 from api.apiharness import Harness, api_server
 
-from orchestrator.api.auth.authn import User
-from orchestrator.api.errors import ApiError
 from orchestrator.client import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -34,6 +32,8 @@ from orchestrator.controllers.runtime.client import (
     HttpClient,
     InProcessClient,
 )
+from orchestrator.kube.errors import ApiError
+from orchestrator.security.authn import User
 
 # httpx's response streams are async generators (encode/httpx#3686): a watch left early is closed
 # by the client, but trio still reports the generator objects as unexhausted at GC.
@@ -449,7 +449,7 @@ async def test_read_only_creates_share_the_memoized_field_set_and_others_copy_it
 
 
 def test_an_expectation_is_used_only_for_the_same_bytes() -> None:
-    from orchestrator.api.storage import Decoded, encode
+    from orchestrator.apiserver.storage import Decoded, encode
     from orchestrator.store.types import KeyValue
 
     decoded = Decoded()

@@ -1,6 +1,7 @@
 """Helpers for the DaemonSet and StatefulSet controller tests against the in-process server.
 
-* `Nodes`: simulated nodes (`orchestrator.sim.nodes.SimulatedNode`, which mark pods bound to them
+* `Nodes`: simulated nodes (`orchestrator.testing.nodes.SimulatedNode`, which mark pods bound to
+  them
   Running/Ready and finish deletions) that can join and leave while a test runs.
 * `PodWatch`: the pods of a namespace as one watch stream shows them, with an invariant checked
   at every event (one stream sees writes in commit order, so "at every event" is meaningful).
@@ -15,10 +16,10 @@ from typing import Any
 import trio
 from api.apiharness import Harness
 
-from orchestrator.api.auth.authn import User
 from orchestrator.client.resource import NODES, PODS
 from orchestrator.controllers.runtime.client import InProcessClient
-from orchestrator.sim.nodes import SimulatedNode
+from orchestrator.security.authn import User
+from orchestrator.testing.nodes import SimulatedNode
 
 Obj = dict[str, Any]
 ADMIN = User("system:admin", ("system:masters", "system:authenticated"))

@@ -2,7 +2,7 @@
 simulated nodes, and polling helpers.
 
 Pods are run by the real scheduler (registered in `default_controllers`) and a
-`SimulatedCluster` (orchestrator/sim/nodes.py): bound pods become Running and Ready, deletions
+`SimulatedCluster` (orchestrator/testing/nodes.py): bound pods become Running and Ready, deletions
 finish at once. A pod that must never become ready gets `NOWHERE` as its nodeSelector (no
 node matches, so it stays Pending).
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 import trio
 
-from orchestrator.api.auth.authn import User
-from orchestrator.api.errors import ApiError
 from orchestrator.controllers.runtime.client import InProcessClient
-from orchestrator.sim.nodes import SimulatedCluster
+from orchestrator.kube.errors import ApiError
+from orchestrator.security.authn import User
+from orchestrator.testing.nodes import SimulatedCluster
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def admin_client(h: Any) -> InProcessClient:
 
 async def patch(client: InProcessClient, res: Any, name: str, body: Any, ns: str, **kw: Any) -> Obj:
     """A user's patch, retried on 409: the server answers a patch that raced another write with
-    a Conflict instead of re-applying it (orchestrator/api/resources.py `_guaranteed_update`
+    a Conflict instead of re-applying it (orchestrator/apiserver/resources.py `_guaranteed_update`
     takes the live object's resourceVersion as the patch's precondition)."""
     while True:
         try:

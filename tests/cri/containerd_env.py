@@ -5,10 +5,11 @@ Import the fixtures by their package path so every test module shares one daemon
     from cri.containerd_env import containerd, containerd_instance  # noqa: F401
 
 * `containerd` -> the socket path (str) of a containerd started by
-  `orchestrator.cri.daemon.ContainerdInstance` in a temporary directory, with `localhost/busybox:1`
+  `orchestrator.testing.containerd.ContainerdInstance` in a temporary directory, with
+  `localhost/busybox:1`
   and `localhost/pause:1` imported into namespace `k8s.io` and a CNI bridge network in the first
   free network slot from 1 (bridge `orch<N>`, pods in 10.89.<N>.0/24; slot 0 is left to a
-  developer's `python -m orchestrator.cri.daemon`); its CRI gRPC target is `unix://<socket>`.
+  developer's `python -m orchestrator.testing.containerd`); its CRI gRPC target is `unix://<socket>`.
 * `containerd_instance` -> the `ContainerdInstance` itself (log tail, `ctr(...)`, image refs).
 
 The daemon starts on first use and stops once, when pytest finishes (every pod sandbox is removed
@@ -25,7 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cri.daemon import ContainerdError, ContainerdInstance, missing_prerequisites
+from orchestrator.testing.containerd import (
+    ContainerdError,
+    ContainerdInstance,
+    missing_prerequisites,
+)
 
 REQUIRE_ENV = "ORCH_REQUIRE_CONTAINERD"
 

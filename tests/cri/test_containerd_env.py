@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from cri import containerd_env
 
-from orchestrator.cri.daemon import ContainerdError, ContainerdInstance, _fields, _varint
-from orchestrator.cri.image import (
+from orchestrator.testing.containerd import ContainerdError, ContainerdInstance, _fields, _varint
+from orchestrator.testing.images import (
     APP_IMAGE,
     BUSYBOX,
     PAUSE_IMAGE,

@@ -2,7 +2,7 @@
 
 Each test drives a few cores through the synchronous in-memory network in `harness.py`: no
 threads, no clocks, seeded randomness only. The whole-cluster randomized simulation lives in
-`orchestrator/sim/raft_sim.py`; these tests pin down one mechanism each (elections, pre-vote,
+`orchestrator/testing/raft_sim.py`; these tests pin down one mechanism each (elections, pre-vote,
 check-quorum and the leader lease, replication and the §5.4.2 commit rule, fast back-off, flow
 control, snapshots, membership changes, ReadIndex, leadership transfer, membership filtering of
 senders, restart from persisted state).

@@ -20,10 +20,10 @@ import pytest
 import trio
 from pkikit import OTHER_TOKEN, agent_cert, client_context, peer_tls, server_pki
 
-from orchestrator.api.auth.peercerts import derive_ca, server_node_id
 from orchestrator.raft.framing import FrameDecoder, encode_frame
 from orchestrator.raft.transport import PeerTransport
 from orchestrator.raft.types import Message, MsgType, NodeId
+from orchestrator.security.peercerts import derive_ca, server_node_id
 
 LOCAL = "127.0.0.1"
 FAST = (0.005, 0.02)

@@ -16,12 +16,12 @@ import trio
 from api.apiharness import Harness
 from sim.simharness import ADMIN, api_of, sim_api_server, until, until_async
 
-from orchestrator.api.auth.authn import User
 from orchestrator.controllers.runtime.client import EVENTS, PODS, InProcessClient
 from orchestrator.controllers.runtime.metrics import Registry
 from orchestrator.scheduler.quantity import parse_cpu_milli
 from orchestrator.scheduler.scheduler import Scheduler
-from orchestrator.sim.nodes import SimulatedCluster, SimulatedNode
+from orchestrator.security.authn import User
+from orchestrator.testing.nodes import SimulatedCluster, SimulatedNode
 
 Obj = dict[str, Any]
 NAME = "test-scheduler"

@@ -10,8 +10,8 @@ from typing import Any
 import trio
 from api.apiharness import Harness, api_server
 
-from orchestrator.api.auth.authn import User
-from orchestrator.api.resources import Api
+from orchestrator.apiserver.resources import Api
+from orchestrator.security.authn import User
 
 ADMIN = User("admin", ("system:masters", "system:authenticated"))
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.sim.linearizability import CheckResult, Operation, check_history
+from orchestrator.testing.linearizability import CheckResult, Operation, check_history
 
 # --- helpers -------------------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ import trio
 from api.apiharness import Harness
 from sim.simharness import ADMIN, api_of, sim_api_server, until, until_async
 
-from orchestrator.api.errors import ApiError
 from orchestrator.controllers.runtime.client import NODES, PODS, InProcessClient
-from orchestrator.sim.nodes import (
+from orchestrator.kube.errors import ApiError
+from orchestrator.testing.nodes import (
     KUBELET_VERSION,
     LEASES,
     NODE_LEASE_NAMESPACE,

@@ -12,10 +12,10 @@ import pytest
 
 from orchestrator.raft.raftlog import RaftLog
 from orchestrator.raft.statemachine import unpack_batch
-from orchestrator.sim.machines import MemoryKV
-from orchestrator.sim.raft_sim import SimFailure, SimResult, run_seed
 from orchestrator.store.mvcc import MVCCStore
 from orchestrator.store.types import Event, TxnResult, WriteResult
+from orchestrator.testing.machines import MemoryKV
+from orchestrator.testing.raft_sim import SimFailure, SimResult, run_seed
 
 
 @pytest.mark.parametrize("seed", range(25))

@@ -37,9 +37,9 @@ import pytest
 import trio
 from cluster import Cluster, admin_tls, check_reads
 
-from orchestrator.sim.linearizability import Operation, check_history
 from orchestrator.store.client import Indeterminate, RequestFailed, StoreClient
 from orchestrator.store.types import Compacted, Event, EventType, NoQuorum, Unavailable
+from orchestrator.testing.linearizability import Operation, check_history
 
 pytestmark = pytest.mark.slow
 

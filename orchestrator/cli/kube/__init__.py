@@ -20,7 +20,15 @@ from typing import Any, TextIO
 import httpx
 import trio
 
-from ...client import (
+from orchestrator.cli.kube import apply as _apply
+from orchestrator.cli.kube import describe as _describe
+from orchestrator.cli.kube import explain as _explain
+from orchestrator.cli.kube import get as _get
+from orchestrator.cli.kube import logs as _logs
+from orchestrator.cli.kube import rollout as _rollout
+from orchestrator.cli.kube import scale as _scale
+from orchestrator.cli.kube._common import CommandError, Session, format_error
+from orchestrator.client import (
     ApiConnectionError,
     ApiException,
     ConfigError,
@@ -28,14 +36,6 @@ from ...client import (
     RestClient,
     load_kubeconfig,
 )
-from . import apply as _apply
-from . import describe as _describe
-from . import explain as _explain
-from . import get as _get
-from . import logs as _logs
-from . import rollout as _rollout
-from . import scale as _scale
-from ._common import CommandError, Session, format_error
 
 __all__ = ["COMMANDS", "add_parsers", "main", "run"]
 

@@ -18,8 +18,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from ...api.schema.columns import human_duration
-from ...client import (
+from orchestrator.client import (
     ApiConnectionError,
     ApiException,
     ConfigError,
@@ -29,8 +28,7 @@ from ...client import (
     RestClient,
     discover,
 )
-
-Obj = dict[str, Any]
+from orchestrator.kube.schema.columns import human_duration
 
 FIELD_MANAGER = "orchestrator-cli"
 

@@ -24,8 +24,15 @@ from typing import Any
 
 import yaml
 
-from ...client import APPLY_PATCH, ApiException
-from ._common import FIELD_MANAGER, CommandError, Obj, Session, format_api_error, split_targets
+from orchestrator.cli.kube._common import (
+    FIELD_MANAGER,
+    CommandError,
+    Session,
+    format_api_error,
+    split_targets,
+)
+from orchestrator.client import APPLY_PATCH, ApiException
+from orchestrator.kube.objects import Obj
 
 EXTENSIONS = (".yaml", ".yml", ".json")
 

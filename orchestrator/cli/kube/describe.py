@@ -16,8 +16,16 @@ import re
 import time
 from typing import Any
 
-from ...client import EVENTS, ApiException
-from ._common import Obj, Session, age, format_api_error, format_table, parse_time, split_targets
+from orchestrator.cli.kube._common import (
+    Session,
+    age,
+    format_api_error,
+    format_table,
+    parse_time,
+    split_targets,
+)
+from orchestrator.client import EVENTS, ApiException
+from orchestrator.kube.objects import Obj
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -26,8 +26,9 @@ import argparse
 import textwrap
 from typing import Any
 
-from ...client import ApiException
-from ._common import CommandError, Obj, Session
+from orchestrator.cli.kube._common import CommandError, Session
+from orchestrator.client import ApiException
+from orchestrator.kube.objects import Obj
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:

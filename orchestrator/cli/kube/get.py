@@ -16,10 +16,8 @@ from typing import Any
 
 import trio
 
-from ...client import JSON, TABLE_ACCEPT, ApiException, ResourceInfo
-from ._common import (
+from orchestrator.cli.kube._common import (
     CommandError,
-    Obj,
     Session,
     age,
     cell,
@@ -29,6 +27,8 @@ from ._common import (
     format_table,
     split_targets,
 )
+from orchestrator.client import JSON, TABLE_ACCEPT, ApiException, ResourceInfo
+from orchestrator.kube.objects import Obj
 
 REWATCH_DELAY = 1.0  # seconds between a watch the server ended and the next one
 

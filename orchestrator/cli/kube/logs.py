@@ -13,8 +13,9 @@ import argparse
 import codecs
 from typing import Any
 
-from ...client import PODS
-from ._common import CommandError, Obj, Session, label_selector, parse_duration
+from orchestrator.cli.kube._common import CommandError, Session, label_selector, parse_duration
+from orchestrator.client import PODS
+from orchestrator.kube.objects import Obj
 
 DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"
 

@@ -24,8 +24,15 @@ from typing import Any
 
 import trio
 
-from ...client import JSON_PATCH, REPLICASETS, STRATEGIC_MERGE_PATCH, ResourceInfo
-from ._common import CommandError, Obj, Session, format_table, label_selector, parse_duration
+from orchestrator.cli.kube._common import (
+    CommandError,
+    Session,
+    format_table,
+    label_selector,
+    parse_duration,
+)
+from orchestrator.client import JSON_PATCH, REPLICASETS, STRATEGIC_MERGE_PATCH, ResourceInfo
+from orchestrator.kube.objects import Obj
 
 REVISION = "deployment.kubernetes.io/revision"
 CHANGE_CAUSE = "kubernetes.io/change-cause"
@@ -224,7 +231,7 @@ async def rollout(s: Session, args: argparse.Namespace) -> int:
         if args.revision:
             rs = select_revision(name, rss, args.revision)
             s.print(f"{res.kind_ref}/{name} with revision #{args.revision}")
-            from ._common import dump
+            from orchestrator.cli.kube._common import dump
 
             s.out.write(dump((rs.get("spec") or {}).get("template") or {}, "yaml"))
             return 0

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...client import MERGE_PATCH, ApiException
-from ._common import CommandError, Session, format_api_error, split_targets
+from orchestrator.cli.kube._common import CommandError, Session, format_api_error, split_targets
+from orchestrator.client import MERGE_PATCH, ApiException
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:

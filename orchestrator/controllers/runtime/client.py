@@ -7,7 +7,7 @@ Controllers program against `Client` (objects are plain dicts, resources are nam
 the well-known ones — `PODS`, `NODES`, `DEPLOYMENTS`... and `CONFIGMAPS`, `EVENTS` below — need
 no discovery round trip). Two implementations:
 
-* `InProcessClient(api, user)` calls `orchestrator.api.resources.Api` directly: no HTTP, no
+* `InProcessClient(api, user)` calls `orchestrator.apiserver.resources.Api` directly: no HTTP, no
   JSON, but every call still goes through authorization, admission and validation because `Api`
   does them (module `inprocess`, importable from here too and loaded on first use, so an agent
   that only speaks HTTPS does not import the API server's layers). Each call builds a fresh
@@ -19,13 +19,13 @@ no discovery round trip). Two implementations:
   this server is no longer the leader of term T, writes fail with a 503 instead of landing.
 * `HttpClient(rest)` speaks HTTPS through an entered `orchestrator.client.RestClient`.
 
-Both raise `orchestrator.api.errors.ApiError` for every failure (the HTTP transport converts
+Both raise `orchestrator.kube.errors.ApiError` for every failure (the HTTP transport converts
 Status bodies; an unreachable server is a 503 ServiceUnavailable), so controllers handle one
 type: `exc.code == 404`, `409`, `410`...
 
 `watch(...)` is an async context manager yielding an async iterator of `(type, obj)`; with
 `read_only=True` (the caller never modifies them) the in-process transport hands every
-read-only watcher of an event the same decoded object (`orchestrator.api.watch`); types are
+read-only watcher of an event the same decoded object (`orchestrator.apiserver.watch`); types are
 ADDED, MODIFIED, DELETED and BOOKMARK. An in-stream ERROR event (e.g. 410 Expired after a
 compaction) raises `ApiError`; a clean end of the stream ends the iteration (re-watch from the
 last resourceVersion). `timeout_seconds` ends the stream cleanly after that long.
@@ -40,13 +40,22 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...api.errors import ApiError
-from ...client import APPLY_PATCH, MERGE_PATCH, ApiConnectionError, ApiException, ResourceInfo
-from ...client.resource import DEPLOYMENTS, EVENTS, NAMESPACES, NODES, PODS, REPLICASETS
+from orchestrator.client import (
+    APPLY_PATCH,
+    MERGE_PATCH,
+    ApiConnectionError,
+    ApiException,
+    ResourceInfo,
+)
+from orchestrator.client.resource import DEPLOYMENTS, EVENTS, NAMESPACES, NODES, PODS, REPLICASETS
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
 
 if TYPE_CHECKING:  # not imported at run time: in-process users (the server) need no httpx,
-    from ...client.rest import RestClient
-    from .inprocess import InProcessClient  # and HTTP users (an agent) no API server layers
+    from orchestrator.client.rest import RestClient
+    from orchestrator.controllers.runtime.inprocess import (
+        InProcessClient,  # and HTTP users (an agent) no API server layers
+    )
 
 __all__ = [
     "CONFIGMAPS",
@@ -64,7 +73,6 @@ __all__ = [
     "WatchStream",
 ]
 
-Obj = dict[str, Any]
 WatchEvent = tuple[str, Obj]
 WatchStream = AbstractAsyncContextManager[AsyncIterator[WatchEvent]]
 
@@ -74,7 +82,7 @@ DEFAULT_FIELD_MANAGER = "orchestrator-controller-manager"
 
 def __getattr__(name: str) -> Any:
     if name == "InProcessClient":  # its own module, imported on first use (see the module doc)
-        from .inprocess import InProcessClient
+        from orchestrator.controllers.runtime.inprocess import InProcessClient
 
         return InProcessClient
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

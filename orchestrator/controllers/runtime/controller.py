@@ -32,14 +32,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import trio
 
-from .informer import SharedInformer, controller_of, deleted_object, object_key
-from .metrics import REGISTRY, Registry
-from .ratelimit import RateLimiter, default_controller_rate_limiter
-from .workqueue import QueueShutDown, WorkQueue
+from orchestrator.controllers.runtime.informer import (
+    SharedInformer,
+    controller_of,
+    deleted_object,
+    object_key,
+)
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.controllers.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
+from orchestrator.controllers.runtime.workqueue import QueueShutDown, WorkQueue
+from orchestrator.kube.objects import Obj
 
 __all__ = [
     "Controller",
@@ -52,7 +58,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 KeyFn = Callable[[Obj], "str | None"]  # None: nothing to enqueue for this object
 
 RECONCILE_TIME_BUCKETS = (

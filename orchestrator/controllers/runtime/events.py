@@ -25,21 +25,20 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
-from ...api.errors import ApiError
-from ...api.schema.columns import now_rfc3339
-from ...client import EVENTS
-from .client import Client
-from .metrics import REGISTRY, Registry
+from orchestrator.client import EVENTS
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.columns import now_rfc3339
 
 __all__ = ["DEDUP_WINDOW", "EventRecorder"]
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 DEDUP_WINDOW = 600.0  # seconds: client-go's correlator cache window
 BUFFER = 1000
 _MAX_REMEMBERED = 4096

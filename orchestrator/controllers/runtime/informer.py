@@ -46,10 +46,11 @@ from typing import Any
 
 import trio
 
-from ...api.errors import ApiError
-from ...client import ResourceInfo
-from .client import Client
-from .metrics import REGISTRY, Registry
+from orchestrator.client import ResourceInfo
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.objects import Obj
 
 __all__ = [
     "LABEL_INDEX",
@@ -66,7 +67,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Objs = list[Obj]  # (`SharedInformer.list` shadows the builtin in its class body)
 Names = list[str]
 IndexFn = Callable[[Obj], Iterable[str]]

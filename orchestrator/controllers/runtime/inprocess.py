@@ -1,4 +1,4 @@
-"""`InProcessClient`: the controllers' `Client` over `orchestrator.api.resources.Api` in this
+"""`InProcessClient`: the controllers' `Client` over `orchestrator.apiserver.resources.Api` in this
 process — see `client` for the contract (the protocol, errors, watch semantics, fencing).
 
 A module of its own so that users of `client` that only speak HTTPS (a standalone node agent)
@@ -14,16 +14,23 @@ from urllib.parse import urlencode
 
 import trio
 
-from ...api.auth.authn import User
-from ...api.errors import ApiError
-from ...api.jsonvalue import copy_json
-from ...api.request import Query, WriteOptions
-from ...api.resources import Api, Call
-from ...api.watch import open_watch
-from ...client import APPLY_PATCH, MERGE_PATCH, ResourceInfo
-from ...client.resource import PODS
-from ...store.fencing import fenced
-from .client import DEFAULT_FIELD_MANAGER, Obj, WatchEvent, _binding, _delete_options, _meta
+from orchestrator.apiserver.request import Query, WriteOptions
+from orchestrator.apiserver.resources import Api, Call
+from orchestrator.apiserver.watch import open_watch
+from orchestrator.client import APPLY_PATCH, MERGE_PATCH, ResourceInfo
+from orchestrator.client.resource import PODS
+from orchestrator.controllers.runtime.client import (
+    DEFAULT_FIELD_MANAGER,
+    WatchEvent,
+    _binding,
+    _delete_options,
+    _meta,
+)
+from orchestrator.kube.errors import ApiError
+from orchestrator.kube.jsonvalue import copy_json
+from orchestrator.kube.objects import Obj
+from orchestrator.security.authn import User
+from orchestrator.store.fencing import fenced
 
 __all__ = ["InProcessClient"]
 

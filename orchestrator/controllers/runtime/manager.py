@@ -35,15 +35,15 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
-from ...api.auth.authn import User
-from ...api.resources import Api
-from .client import InProcessClient
-from .events import EventRecorder
-from .informer import InformerFactory
-from .metrics import REGISTRY, Registry
+from orchestrator.apiserver.resources import Api
+from orchestrator.controllers.runtime.client import InProcessClient
+from orchestrator.controllers.runtime.events import EventRecorder
+from orchestrator.controllers.runtime.informer import InformerFactory
+from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.security.authn import User
 
 if TYPE_CHECKING:
-    from ...server import Server
+    from orchestrator.server import Server
 
 __all__ = [
     "CONTROLLER_MANAGER_USER",

@@ -49,8 +49,8 @@ from typing import Generic, Protocol, TypeVar
 
 import trio
 
-from .metrics import Registry, WorkqueueMetrics
-from .ratelimit import RateLimiter, default_controller_rate_limiter
+from orchestrator.controllers.runtime.metrics import Registry, WorkqueueMetrics
+from orchestrator.controllers.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
 
 __all__ = [
     "QueueCore",

@@ -1,0 +1,234 @@
+"""Objects in the MVCC store: key layout, encoding, resourceVersion, and store errors as Status.
+
+Key layout (etcd's, as the API server uses it): `/registry/<group or "core">/<plural>/<ns>/<name>`
+for namespaced kinds and `/registry/<group>/<plural>/<name>` for cluster-scoped ones; all
+versions of one resource share keys. Values are msgpack of the object WITHOUT
+`metadata.resourceVersion`: an object's resourceVersion is the store's `mod_revision` of its key,
+set when it is read, so it can never disagree with the store.
+
+Invariants: every write is a compare-and-swap against the revision the caller read (or a create
+that fails when the key exists), so concurrent writers never silently overwrite each other; store
+failures surface as Status errors (409, 410, 413, 429/503, 504), never as a 500.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import msgpack
+
+from orchestrator.kube import errors
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.kind import Kind
+from orchestrator.store import types as st
+from orchestrator.store.api import ListResult, Store
+from orchestrator.store.watch import Watcher
+
+
+def prefix_of(kind: Kind, namespace: str = "") -> str:
+    base = f"/registry/{kind.group or 'core'}/{kind.plural}/"
+    return f"{base}{namespace}/" if kind.namespaced and namespace else base
+
+
+def key_of(kind: Kind, namespace: str, name: str) -> str:
+    if kind.namespaced:
+        return f"/registry/{kind.group or 'core'}/{kind.plural}/{namespace}/{name}"
+    return f"/registry/{kind.group or 'core'}/{kind.plural}/{name}"
+
+
+def encode(obj: Obj) -> bytes:
+    meta = obj.get("metadata") or {}
+    if "resourceVersion" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+    try:
+        data: bytes = msgpack.packb(obj, use_bin_type=True)
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise errors.bad_request(f"the object cannot be stored: {exc}") from exc
+    if len(data) > st.MAX_VALUE_BYTES:  # the store would refuse it too, after a Raft round
+        raise errors.too_large(
+            f"the object is {len(data)} bytes encoded, over the limit of {st.MAX_VALUE_BYTES}"
+        )
+    return data
+
+
+def decode_value(value: bytes, revision: int) -> Obj:
+    """A stored value as an object of its own, carrying `revision` as its resourceVersion."""
+    obj: Obj = msgpack.unpackb(value, raw=False)
+    obj.setdefault("metadata", {})["resourceVersion"] = str(revision)
+    return obj
+
+
+def decode(kv: st.KeyValue) -> Obj:
+    return decode_value(kv.value, kv.mod_revision)
+
+
+def decode_prev(kv: st.KeyValue, revision: int) -> Obj:
+    """The last state of a deleted object, carrying the deleting revision (as watch DELETED)."""
+    return decode_value(kv.value, revision)
+
+
+DECODED_CACHE_SIZE = 4096
+
+
+class Decoded:
+    """Decoded stored values by (key, mod_revision) — which name one value for good — for
+    readers that do not modify them; the oldest entries go first beyond `size`.
+
+    A writer that will not modify the object it stores (nor let anyone) announces it with
+    `expect(key, value, obj)` before the write: the first reader of the write's revision then
+    gets `obj` (with that resourceVersion) instead of a decode of `value`. Only for the same
+    bytes: an expectation is used when the stored value equals `value`, so a write that lost a
+    race, failed or was replaced meanwhile is decoded as usual."""
+
+    def __init__(self, size: int = DECODED_CACHE_SIZE) -> None:
+        self.size = size
+        # Ordered: evicting the oldest of a plain dict scans the entries deleted before it.
+        self._objs: OrderedDict[tuple[str, int], Obj] = OrderedDict()
+        self._expected: OrderedDict[str, tuple[bytes, Obj]] = OrderedDict()
+
+    def get(self, kv: st.KeyValue) -> Obj:
+        ident = (kv.key, kv.mod_revision)
+        obj = self._objs.get(ident)
+        if obj is None:
+            expected = self._expected.pop(kv.key, None)
+            if expected is not None and expected[0] == kv.value:
+                written = expected[1]
+                meta = {**written["metadata"], "resourceVersion": str(kv.mod_revision)}
+                obj = {**written, "metadata": meta}
+            else:
+                obj = decode(kv)
+            self._objs[ident] = obj
+            if len(self._objs) > self.size:
+                self._objs.popitem(last=False)
+        return obj
+
+    def expect(self, key: str, value: bytes, obj: Obj) -> None:
+        """`obj` (encoded: `value`) is being written to `key` and will not be modified."""
+        self._expected.pop(key, None)
+        self._expected[key] = (value, obj)
+        if len(self._expected) > self.size:
+            self._expected.popitem(last=False)
+
+
+def store_error(exc: st.StoreError, kind: Kind, name: str) -> errors.ApiError:
+    """Map a store failure to the Status a Kubernetes client understands."""
+    if isinstance(exc, st.KeyExists):
+        return errors.already_exists(kind.plural, kind.group, name)
+    if isinstance(exc, st.KeyNotFound):
+        return errors.not_found(kind.plural, kind.group, name)
+    if isinstance(exc, st.Conflict):
+        return errors.conflict(kind.plural, kind.group, name)
+    if isinstance(exc, st.Compacted):
+        return errors.expired(
+            f"The resourceVersion for the provided list is too old (compacted at "
+            f"{exc.compact_revision}); re-list without a continue token"
+        )
+    if isinstance(exc, st.TooLarge):
+        return errors.too_large(f"{kind.resource} {name!r} is too large to store: {exc}")
+    if isinstance(exc, st.QuotaExceeded):
+        return errors.ApiError(
+            507, "InsufficientStorage", f"the store is full ({exc}): delete objects to free space"
+        )
+    if isinstance(exc, st.NoQuorum | st.Unavailable):
+        return errors.service_unavailable(f"the store cannot serve the request: {exc}")
+    if isinstance(exc, st.FutureRevision):
+        return errors.timeout(f"Too large resource version: {exc}")
+    return errors.bad_request(f"store: {exc}")
+
+
+class ObjectStore:
+    """Typed access to the store for one API server; all methods raise `ApiError` on failure."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        # Shared, read-only decoded values: the read-only watches' events and `get_shared`.
+        self.decoded = Decoded()
+
+    async def get(self, kind: Kind, namespace: str, name: str, *, stale_ok: bool = False) -> Obj:
+        """The object, decoded for the caller alone (free to modify it)."""
+        return decode(await self._get(kind, namespace, name, stale_ok))
+
+    async def get_shared(
+        self, kind: Kind, namespace: str, name: str, *, stale_ok: bool = False
+    ) -> Obj:
+        """Like `get`, but the object may be the one the read-only watches were handed (decoded
+        once): the caller must not modify it, nor hand it to anyone who might."""
+        return self.decoded.get(await self._get(kind, namespace, name, stale_ok))
+
+    async def _get(self, kind: Kind, namespace: str, name: str, stale_ok: bool) -> st.KeyValue:
+        try:
+            kv = await self.store.get(key_of(kind, namespace, name), linearizable=not stale_ok)
+        except st.StoreError as exc:
+            raise store_error(exc, kind, name) from exc
+        if kv is None:
+            raise errors.not_found(kind.plural, kind.group, name)
+        return kv
+
+    async def list(
+        self,
+        kind: Kind,
+        namespace: str,
+        *,
+        limit: int = 0,
+        continue_token: str | None = None,
+        stale_ok: bool = False,
+    ) -> tuple[list[Obj], ListResult]:
+        try:
+            res = await self.store.list(
+                prefix_of(kind, namespace),
+                limit=limit,
+                continue_token=continue_token,
+                linearizable=not stale_ok,
+            )
+        except st.InvalidRequest as exc:
+            raise errors.bad_request(str(exc)) from exc
+        except st.StoreError as exc:
+            raise store_error(exc, kind, "") from exc
+        return [decode(kv) for kv in res.kvs], res
+
+    async def create(self, kind: Kind, obj: Obj, *, share: bool = False) -> Obj:
+        """Store a new object; returns it with its resourceVersion (sharing `obj`'s parts).
+
+        `share`: nobody modifies `obj` or the returned object from now on (the caller sees to
+        it), so the read-only watches may be handed them instead of decoding the write."""
+        meta = obj["metadata"]
+        key, value = key_of(kind, meta.get("namespace", ""), meta["name"]), encode(obj)
+        if share:
+            self.decoded.expect(key, value, obj)
+        try:
+            kv = await self.store.create(key, value)
+        except st.StoreError as exc:
+            raise store_error(exc, kind, meta["name"]) from exc
+        return {**obj, "metadata": {**meta, "resourceVersion": str(kv.mod_revision)}}
+
+    async def update(self, kind: Kind, obj: Obj, expected_rv: int, *, share: bool = False) -> Obj:
+        """Compare-and-swap `obj` over revision `expected_rv`; `share` as in `create`."""
+        meta = obj["metadata"]
+        key, value = key_of(kind, meta.get("namespace", ""), meta["name"]), encode(obj)
+        if share:
+            self.decoded.expect(key, value, obj)
+        try:
+            kv = await self.store.update(key, value, expected_mod_revision=expected_rv)
+        except st.StoreError as exc:
+            raise store_error(exc, kind, meta["name"]) from exc
+        return {**obj, "metadata": {**meta, "resourceVersion": str(kv.mod_revision)}}
+
+    async def delete(self, kind: Kind, namespace: str, name: str, expected_rv: int) -> None:
+        """Delete the object if it is still at `expected_rv` (Conflict otherwise)."""
+        try:
+            await self.store.delete(
+                key_of(kind, namespace, name), expected_mod_revision=expected_rv
+            )
+        except st.StoreError as exc:
+            raise store_error(exc, kind, name) from exc
+
+    async def revision(self, *, stale_ok: bool = False) -> int:
+        try:
+            return await self.store.current_revision(linearizable=not stale_ok)
+        except st.StoreError as exc:
+            raise errors.service_unavailable(str(exc)) from exc
+
+    def watch(self, kind: Kind, namespace: str, start_revision: int, *, bookmarks: bool) -> Watcher:
+        return self.store.watch(
+            prefix_of(kind, namespace), start_revision, progress_notify=bookmarks
+        )

@@ -1,1 +1,0 @@
-"""Deterministic simulation support: history checkers and related tooling."""
