@@ -13,7 +13,8 @@ client certificates stay valid:
 * a server's data dir (`DIR/pki/`): the serving certificate `apiserver.crt` (a fresh key, the
   same SANs) and `apiserver-kubelet-client.crt` (servers with the API), the store's peer
   certificate `peer.crt` (same node id and SANs) and the admin client certificate `admin.crt`
-  (every server), signed with the local CA key;
+  (every server), signed with the local CA key, and the embedded agent's log endpoint
+  certificate `agent/kubelet.crt` (same node name and addresses);
 * an agent's data dir (`DIR/kubelet.crt`): a fresh key and a certificate for the same names from
   the API server (`/orchestrator/v1/node-certificate`) with the node credentials in
   `DIR/node-kubeconfig.yaml` (or `--kubeconfig`), so the server must be reachable.
@@ -40,6 +41,7 @@ from typing import Any
 import trio
 
 COMMANDS = frozenset({"certs"})
+EMBEDDED_AGENT_CERT = "agent/kubelet.crt"  # a server's embedded agent: issued from the local CA
 WATCH_NOTE = (
     "a running process serves the new certificates within seconds (it checks the files every "
     "5 s); a stopped one from its next start"
@@ -104,6 +106,8 @@ def _leaves(data_dir: Path) -> list[tuple[str, dt.timedelta | None]]:
     for name in ("apiserver.crt", "apiserver-kubelet-client.crt", "peer.crt", "admin.crt"):
         if (data_dir / "pki" / name).exists():
             out.append((f"pki/{name}", RENEW_BEFORE))
+    if (data_dir / EMBEDDED_AGENT_CERT).exists():  # a server's own node agent
+        out.append((EMBEDDED_AGENT_CERT, RENEW_BEFORE))
     if (data_dir / servingcert.CERT_FILE).exists():
         out.append((servingcert.CERT_FILE, servingcert.RENEW_BEFORE))
     if not out:
@@ -195,6 +199,9 @@ def rotate(data_dir: Path, kubeconfig: Path | None = None, timeout: float = 30.0
         done += ["pki/apiserver.crt", "pki/apiserver-kubelet-client.crt"]
     if "pki/peer.crt" in names or "pki/admin.crt" in names:
         done += _rotate_store_certs(data_dir, names)
+    if EMBEDDED_AGENT_CERT in names:
+        _rotate_embedded_agent_cert(data_dir)
+        done.append(EMBEDDED_AGENT_CERT)
     if servingcert.CERT_FILE in names:
 
         async def bounded() -> None:
@@ -209,6 +216,37 @@ def rotate(data_dir: Path, kubeconfig: Path | None = None, timeout: float = 30.0
         trio.run(bounded)
         done.append(servingcert.CERT_FILE)
     return done
+
+
+def _rotate_embedded_agent_cert(data_dir: Path) -> None:
+    """Re-issue the embedded agent's serving certificate from the local CA: same subject
+    (`system:node:<name>`), same names and addresses, a fresh key."""
+    from cryptography import x509
+
+    from orchestrator.security.pki import (
+        PkiError,
+        issue_serving_cert,
+        load_pki,
+        pair_lock,
+        write_pair,
+    )
+
+    cert_path = data_dir / EMBEDDED_AGENT_CERT
+    try:
+        pki = load_pki(data_dir)
+    except PkiError as exc:
+        raise CertsError(str(exc)) from None
+    with pair_lock(cert_path):
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    cn = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value
+    try:
+        alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        alt = x509.SubjectAlternativeName([])
+    sans = [*alt.get_values_for_type(x509.DNSName)]
+    sans += [str(ip) for ip in alt.get_values_for_type(x509.IPAddress)]
+    crt, key = issue_serving_cert(pki, str(cn), sans)
+    write_pair(cert_path, cert_path.with_name("kubelet.key"), crt, key)
 
 
 def _rotate_store_certs(data_dir: Path, names: list[str]) -> list[str]:

@@ -46,7 +46,10 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--cacert", type=Path, help="the cluster CA certificate (PEM)")
     parser.add_argument("--cert", type=Path, help="an admin client certificate (PEM)")
-    parser.add_argument("--key", type=Path, help="the client certificate's key (PEM)")
+    # dest client_key: `kv get|put|del KEY` has a positional "key"
+    parser.add_argument(
+        "--key", dest="client_key", type=Path, help="the client certificate's key (PEM)"
+    )
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds before giving up")
 
 
@@ -68,7 +71,7 @@ def resolve(args: argparse.Namespace) -> tuple[list[str], ssl.SSLContext, str]:
     """(endpoints, TLS context, "CA sha256:<12 hex>") for a store command (module doc)."""
     from orchestrator.store.client import ClientTLS
 
-    explicit = [getattr(args, n, None) for n in ("cacert", "cert", "key")]
+    explicit = [getattr(args, n, None) for n in ("cacert", "cert", "client_key")]
     data_dir = None
     if any(explicit):
         if not all(explicit):

@@ -361,6 +361,10 @@ class RaftNode:
     def applied_index(self) -> int:
         return self.core.log.applied
 
+    def is_member(self, node_id: NodeId) -> bool:
+        """Is `node_id` a voter or a learner of the configuration this server knows?"""
+        return node_id in self.core.conf.members()
+
     async def propose(self, data: bytes) -> Any:
         """Replicate one command; returns the state machine's result once applied here."""
         return await self._request("propose", data)

@@ -26,7 +26,10 @@ closes. The caller bounds the wait (a backup may stream for long).
 Authentication: a server's client port runs mutual TLS (`ServiceTLS`: TLS 1.3, client
 certificate required and verified against the cluster CA by the handshake); after the handshake
 `ServiceTLS.identify` must accept the certificate (a server's peer certificate or an admin's,
-`security.peercerts.client_port_identity`). A refused connection gets one answer frame
+`security.peercerts.client_port_identity`). A server certificate whose node id is not a
+member (a server that is joining, or one that was removed) may only `join` (which also needs
+the cluster token) and read the sealed credentials bundle (`JOINER_KEYS`): a removed member's
+certificate reads no key of the store. A refused connection gets one answer frame
 `[nil, "refused", reason]` and is closed, before any request is read; refusals are logged once
 per remote host and reason. Without `tls` (in-process tests and benchmarks only) the port is
 plain TCP and unauthenticated.
@@ -109,6 +112,39 @@ class ServiceTLS:
 
 class BadRequest(ValueError):
     pass
+
+
+JOINER_OPS = frozenset({"join"})
+JOINER_KEYS = frozenset({"/orchestrator/bootstrap"})  # `api.auth.shared.KEY`: sealed by the token
+
+
+def _joining_server(identity: str, is_member: Callable[[int], bool]) -> bool:
+    """Is `identity` ("server N", "admin", ...) a server certificate of a non-member?"""
+    kind, _, nid = identity.partition(" ")
+    return kind == "server" and nid.isdigit() and not is_member(int(nid))
+
+
+def _joiner_may(frame: bytes) -> bool:
+    """May a non-member server send this request: `join`, or `get` of the sealed bundle?"""
+    try:
+        req = msgpack.unpackb(frame)
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError):
+        return False
+    if not isinstance(req, list) or len(req) != 3 or not isinstance(req[2], list):
+        return False
+    _, op, args = req
+    return op in JOINER_OPS or (op == "get" and bool(args) and args[0] in JOINER_KEYS)
+
+
+def _refusal(frame: bytes) -> bytes:
+    """The answer to a request a joining server may not make (its id echoed when readable)."""
+    try:
+        req = msgpack.unpackb(frame)
+        rid = req[0] if isinstance(req, list) and req else None
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError):
+        rid = None
+    why = "a server that is not a member may only join"
+    return encode_frame(msgpack.packb([rid, "refused", why]))
 
 
 def _cause(exc: BaseException) -> str:
@@ -237,15 +273,20 @@ class ClientService:
             return
         stream = trio.SSLStream(sock, self.tls.context(), server_side=True)
         why = ""
+        joiner = False
         try:
             with trio.move_on_after(HANDSHAKE_TIMEOUT) as handshake:
                 await stream.do_handshake()
             if handshake.cancelled_caught:
                 why = "TLS handshake timed out"
-            elif self.tls.identify(stream.getpeercert(binary_form=True)) is None:
-                why = "this certificate may not use the client port (servers and admins only)"
-                with trio.move_on_after(1.0), suppress(trio.BrokenResourceError):
-                    await stream.send_all(encode_frame(msgpack.packb([None, "refused", why])))
+            else:
+                identity = self.tls.identify(stream.getpeercert(binary_form=True))
+                if identity is None:
+                    why = "this certificate may not use the client port (servers and admins only)"
+                    with trio.move_on_after(1.0), suppress(trio.BrokenResourceError):
+                        await stream.send_all(encode_frame(msgpack.packb([None, "refused", why])))
+                else:
+                    joiner = _joining_server(identity, self.node.is_member)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             why = f"TLS handshake failed: {_cause(exc)}"
         if why:
@@ -253,7 +294,7 @@ class ClientService:
             await flush_tls_alert(stream)
             await trio.aclose_forcefully(stream)
             return
-        await self._serve_stream(stream)
+        await self._serve_stream(stream, joiner=joiner)
 
     def _refuse(self, sock: trio.SocketStream, why: str) -> None:
         """Count a refused connection; log it once per remote host and reason."""
@@ -269,7 +310,8 @@ class ClientService:
         self._refusals_logged.add(key)
         log.log(level, "node %d: refused client connection from %s: %s", self.node.id, host, why)
 
-    async def _serve_stream(self, stream: trio.abc.Stream) -> None:
+    async def _serve_stream(self, stream: trio.abc.Stream, *, joiner: bool = False) -> None:
+        """Serve one connection; a `joiner`'s requests other than `_joiner_may` are refused."""
         decoder = FrameDecoder(MAX_CLIENT_FRAME)
         # Each request task holds a clone of the send side; the writer stops once the reader
         # and every request task have closed theirs, so no answer is cut off.
@@ -286,6 +328,9 @@ class ClientService:
                             if not data:
                                 break
                             for frame in decoder.receive_data(data):
+                                if joiner and not _joiner_may(frame):
+                                    await send_q.send(_refusal(frame))
+                                    continue
                                 # Awaiting only when the connection is at its bound: the await
                                 # is a yield to the scheduler, a task switch per request.
                                 try:

@@ -25,6 +25,7 @@ import trio.testing
 from api.apiharness import api_server, peer_certificate, read_kubeconfig
 from cryptography import x509
 
+from orchestrator.agent.logs import EndpointTLS
 from orchestrator.agent.service import AgentConfig
 from orchestrator.apiserver.logproxy import kubelet_client_cert, kubelet_client_paths
 from orchestrator.cli import certs as certs_cli
@@ -424,6 +425,25 @@ def test_certs_rotate_and_check_on_a_stopped_data_dir(
     assert rows["pki/apiserver.crt"][1] == "CN=orchestrator-apiserver"
     assert rows["pki/apiserver.crt"][3:] == ["364", "ok"]
     assert rows["pki/apiserver-kubelet-client.crt"][3:] == ["364", "ok"]
+
+
+def test_certs_rotate_covers_the_embedded_agents_certificate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "server"
+    pki = ensure_pki(data, [])
+    tls = EndpointTLS.issue(pki, "edge-1", ["10.0.0.7"], data / "agent")
+    old = x509.load_pem_x509_certificate(tls.cert_path.read_bytes())
+    old_key = tls.key_path.read_bytes()
+    assert run_cli(["certs", "rotate", "--data-dir", str(data)]) == 0
+    assert "agent/kubelet.crt: renewed" in capsys.readouterr().out
+    new = x509.load_pem_x509_certificate(tls.cert_path.read_bytes())
+    assert new.serial_number != old.serial_number
+    assert tls.key_path.read_bytes() != old_key
+    assert new.subject == old.subject  # CN=system:node:edge-1
+    assert sans(new) == sans(old)
+    rows = {r.name: r.status for r in certs_cli.check_rows(data)}
+    assert rows["agent/kubelet.crt"] == "ok"
 
 
 def test_certs_check_statuses(tmp_path: Path) -> None:

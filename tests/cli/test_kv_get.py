@@ -9,12 +9,14 @@ from __future__ import annotations
 import base64
 import io
 import json
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import msgpack
 import pytest
 import trio
+from pkikit import server_pki
 
 from orchestrator.cli import main as cli
 from orchestrator.cli.kvget import print_value
@@ -117,8 +119,14 @@ class FakeStoreClient:
 
 
 @pytest.fixture
-def fake_store(monkeypatch: pytest.MonkeyPatch) -> type[FakeStoreClient]:
+def fake_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> type[FakeStoreClient]:
     from orchestrator.store import client
+
+    global _DATA_DIR
+    _DATA_DIR = tmp_path_factory.mktemp("server")
+    server_pki(_DATA_DIR, 1)  # the admin certificate the command loads (nothing dials)
 
     FakeStoreClient.values = {"/t": KeyValue("/t", "é ok".encode(), 7, 9, 2)}
     FakeStoreClient.asked = []
@@ -126,8 +134,12 @@ def fake_store(monkeypatch: pytest.MonkeyPatch) -> type[FakeStoreClient]:
     return FakeStoreClient
 
 
+_DATA_DIR = Path()
+
+
 def run_cli(*argv: str) -> int:
-    args = cli._build_parser().parse_args(list(argv))
+    creds = ["--data-dir", str(_DATA_DIR), "--endpoints", "127.0.0.1:1"]
+    args = cli._build_parser().parse_args([*argv, *creds])
     return int(trio.run(cli._client_command, args))
 
 
@@ -142,4 +154,5 @@ def test_kv_get_command_prints_text_or_json(
     assert fake_store.asked == [("/t", True), ("/t", False)]
     assert run_cli("kv", "get", "/missing") == 1
     captured = capsys.readouterr()
-    assert (captured.out, captured.err) == ("", "error: key '/missing' not found\n")
+    assert captured.out == ""
+    assert captured.err.splitlines()[-1] == "error: key '/missing' not found"
