@@ -48,8 +48,8 @@ import random
 import struct
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +59,15 @@ import trio
 from orchestrator import observability as metrics
 from orchestrator.dbthread import DbThread
 from orchestrator.raft.core import RaftConfig, RaftCore, bootstrap
-from orchestrator.raft.statemachine import StateMachine, pack_batch
+from orchestrator.raft.statemachine import Applied, StateMachine, pack_batch
+from orchestrator.raft.status import Status
 from orchestrator.raft.storage import RaftStorage
 from orchestrator.raft.transport import Address, FaultInjector, PeerTLS, PeerTransport
 from orchestrator.raft.types import (
     NONE,
     ConfChange,
     ConfChangeType,
+    ConfState,
     Entry,
     EntryType,
     HardState,
@@ -287,25 +289,33 @@ def _unpack_snapshot(data: bytes) -> tuple[dict[NodeId, str], bytes]:
 
 
 class RaftNode:
-    """One Raft server. Start with `await nursery.start(node.run)`."""
+    """One Raft server. Start with `await nursery.start(node.run)`.
+
+    Observers are given at construction and called on the trio thread, from the loop:
+    `on_apply(events)` after each applied batch, with the events the state machine returned
+    for it (`statemachine.Applied`; their type is the state machine's); `on_snapshot()` after
+    a received snapshot replaced the state machine (no events: an observer catches up from the
+    state machine itself). An observer must not block; an exception it raises is logged, not
+    propagated."""
 
     def __init__(
         self,
         cfg: NodeConfig,
-        state_machine: Callable[[Path], StateMachine],
+        state_machine: Callable[[Path], StateMachine[Any]],
         *,
-        on_apply: Callable[[], None] | None = None,
+        on_apply: Callable[[Sequence[Any]], None] | None = None,
+        on_snapshot: Callable[[], None] | None = None,
     ) -> None:
         self.cfg = cfg
-        self.on_apply = on_apply  # called on the trio thread after each batch is applied
-        self.on_snapshot: Callable[[], None] | None = None  # ... and after a snapshot install
+        self._on_apply = on_apply
+        self._on_snapshot = on_snapshot
         self.id = cfg.node_id
         self._sm_factory = state_machine
         self._rng = random.Random(cfg.seed)
         self._raft_db = DbThread()
         self._sm_db = DbThread()
         self.storage: RaftStorage
-        self.sm: StateMachine
+        self.sm: StateMachine[Any]
         self.core: RaftCore
         self.transport: PeerTransport
         self.peers: dict[NodeId, str] = {}
@@ -411,13 +421,34 @@ class RaftNode:
         """Run `fn(*args)` against the state machine on its database thread."""
         return await self._sm_db.run(fn, *args)
 
-    def status(self) -> dict[str, Any]:
-        st = self.core.status()
-        st["peers"] = dict(self.peers)
-        st["db_bytes"] = self._db_bytes
-        st["snapshot_index"] = self._snapshot.meta.index
-        st["leader_changes"] = self.leader_changes
-        return st
+    def status(self) -> Status:
+        """This server's Raft state now (term, leader, indexes, membership, and on a leader
+        every member's progress), with the peer addresses and storage figures."""
+        return replace(
+            self.core.status(),
+            peers=dict(self.peers),
+            db_bytes=self._db_bytes,
+            snapshot_index=self._snapshot.meta.index,
+            leader_changes=self.leader_changes,
+        )
+
+    # Cheap reads for callers that poll (gauges, readiness, membership checks): no `Status`
+    # is built. Like everything here they read the core between two turns of the loop.
+    def conf(self) -> ConfState:
+        """The membership (voters, learners) as this server knows it now."""
+        return self.core.conf
+
+    def commit_index(self) -> int:
+        return self.core.log.committed
+
+    def term_at(self, index: int) -> int | None:
+        """The term of the log entry at `index`, None if the log no longer (or not yet) has
+        it."""
+        return self.core.log.term(index)
+
+    def storage_bytes(self) -> int:
+        """The Raft database's size (with its WAL) when last measured (open, snapshots)."""
+        return self._db_bytes
 
     # ------------------------------------------------------------------ running
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -770,13 +801,12 @@ class RaftNode:
         self._by_index.clear()
         self._conf_waiters.clear()
         log.info("node %d installed snapshot at index %d", self.id, snap.meta.index)
-        self._notify(self.on_snapshot)
+        if self._on_snapshot is not None:
+            self._notify(self._on_snapshot)
 
-    def _notify(self, hook: Callable[[], None] | None) -> None:
-        if hook is None:
-            return
+    def _notify(self, hook: Callable[..., None], *args: Any) -> None:
         try:
-            hook()
+            hook(*args)
         except Exception:
             # An observer's bug must not stop consensus on this server.
             log.exception("node %d: error in an apply observer", self.id)
@@ -812,20 +842,20 @@ class RaftNode:
                 # Nothing to do in between (a lone server, whose proposals commit in the Ready
                 # that persists them; a leader's conf change): one call, one wake-up.
                 both = steps.submit(self._save_then_apply, rd.hard_state, rd.entries, sm_entries)
-                results = await both.result()
+                applied = await both.result()
             else:
                 saving = steps.submit(self.storage.save, rd.hard_state, rd.entries)
                 applying = steps.submit(self.sm.apply, sm_entries)
                 await saving.result()
                 for m in rd.messages:
                     self.transport.send(m)
-                results = await applying.result()
-        await self._applied(rd.committed, mine, results)
+                applied = await applying.result()
+        await self._applied(rd.committed, mine, applied)
         return send
 
     def _save_then_apply(
         self, hard_state: HardState | None, entries: list[Entry], sm_entries: list[Entry]
-    ) -> list[Any]:
+    ) -> Applied[Any]:
         """On the Raft database's thread, holding both turns: persist, then apply."""
         self.storage.save(hard_state, entries)
         return self.sm.apply(sm_entries)
@@ -847,11 +877,11 @@ class RaftNode:
 
     async def _apply(self, entries: list[Entry]) -> None:
         sm_entries, mine = self._strip(entries)
-        results = await self._sm_db.run(self.sm.apply, sm_entries)
-        await self._applied(entries, mine, results)
+        applied = await self._sm_db.run(self.sm.apply, sm_entries)
+        await self._applied(entries, mine, applied)
 
     async def _applied(
-        self, entries: list[Entry], mine: list[tuple[int, int] | None], results: list[Any]
+        self, entries: list[Entry], mine: list[tuple[int, int] | None], applied: Applied[Any]
     ) -> None:
         """After the state machine applied `entries`: notify, resolve the waiters."""
         self._sm_applied = last = entries[-1].index
@@ -861,10 +891,11 @@ class RaftNode:
             while clock and clock[0][0] <= last:
                 _, n, started = clock.popleft()
                 metrics.RAFT_COMMIT_DURATION.observe_many(now - started, n)
-        self._notify(self.on_apply)
+        if self._on_apply is not None:
+            self._notify(self._on_apply, applied.events)
         peers_changed = False
         peers = dict(self.peers)
-        for e, res, own in zip(entries, results, mine, strict=True):
+        for e, res, own in zip(entries, applied.results, mine, strict=True):
             if e.type is EntryType.CONF_CHANGE:
                 cc = ConfChange.decode(e.data)
                 if cc.type is ConfChangeType.REMOVE:

@@ -43,10 +43,11 @@ Layout (etcd's, mapped onto SQLite; store-notes §1):
 A successful write command (create, put, delete, or a txn whose chosen branch changes at least
 one key) takes revision `revision + 1`; a txn with several writes takes one revision for all of
 them; reads, failed commands, a txn whose branch only reads, compaction and noop take none.
-Every write also appends `Event`s (with `prev_kv`) to a list the watch layer drains with
-`take_events()` after each `apply`, and to an in-memory ring of recent events (`history_ring`
-events at least, fewer if they exceed a 64 MiB budget) that serves `events_since` for recent
-revisions without touching SQLite; older revisions are read from `history`.
+Every write also makes `Event`s (with `prev_kv`): `apply` returns them with its results
+(`Applied.events`; the driver hands them to the watch layer) and appends them to an in-memory
+ring of recent events (`history_ring` events at least, fewer if they exceed a 64 MiB budget)
+that serves `events_since` for recent revisions without touching SQLite; older revisions are
+read from `history`.
 
 Compaction `compact(C)` deletes history rows with revision <= C except, per key, the newest row
 at or below C when it is a PUT. Hence a read at any revision R >= C still finds, for each key,
@@ -107,7 +108,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from orchestrator.dbthread import open_wal
-from orchestrator.raft.statemachine import BATCH_TAG, unpack_batch
+from orchestrator.raft.statemachine import BATCH_TAG, Applied, unpack_batch
 from orchestrator.raft.types import Entry, EntryType
 from orchestrator.store.types import (
     MAX_KEY_BYTES,
@@ -396,7 +397,6 @@ class MVCCStore:
         self._rev = 1
         self._compact = 0
         self._logical = 0
-        self._pending: list[Event] = []  # drained by take_events()
         # Recent events in (revision, key) order; complete for every revision >= _ring_floor.
         self._ring: list[Event] = []
         self._ring_bytes = 0  # Σ _event_bytes over the ring
@@ -447,7 +447,6 @@ class MVCCStore:
         self._applied, self._rev, self._compact, self._logical = (int(x) for x in row)
 
     def _reset_events(self) -> None:
-        self._pending = []
         self._ring = []
         self._ring_bytes = 0
         self._ring_floor = self._rev + 1
@@ -461,11 +460,12 @@ class MVCCStore:
     def applied_index(self) -> int:
         return self._applied
 
-    def apply(self, entries: Sequence[Entry]) -> list[object]:
+    def apply(self, entries: Sequence[Entry]) -> Applied[Event]:
         """Apply, in one transaction, every entry above the applied index; see the module doc.
 
         Returns one result per entry: None for skipped, empty and conf-change entries, else a
-        WriteResult (create, put, delete, compact, noop, unknown) or TxnResult (txn).
+        WriteResult (create, put, delete, compact, noop, unknown) or TxnResult (txn); and the
+        events of the writes, in order.
         Raises ValueError (applying nothing) if the new entries do not continue the applied
         index contiguously: skipping an index would silently lose a committed command.
         """
@@ -479,7 +479,7 @@ class MVCCStore:
                 raise ValueError(f"entry {e.index} does not follow applied index {expected - 1}")
             expected += 1
         if expected == applied + 1:
-            return [None] * len(entries)
+            return Applied([None] * len(entries))
 
         results: list[object] = []
         events: list[Event] = []
@@ -508,7 +508,6 @@ class MVCCStore:
             raise
         self._applied = expected - 1
         if events:
-            self._pending.extend(events)
             self._ring_extend(events)
         if self._compacted:
             # Outside the transaction: a checkpoint cannot run inside one. TRUNCATE brings the
@@ -517,7 +516,7 @@ class MVCCStore:
             conn.execute(_SQL_CHECKPOINT)
         elif time.monotonic() - self._txn_since >= self._commit_interval:
             self.commit()
-        return results
+        return Applied(results, events)
 
     def commit(self) -> None:
         """Commit the applies made since the last commit (a no-op if there are none)."""
@@ -537,8 +536,8 @@ class MVCCStore:
 
         The image is opened and checked in memory first (SQLite format, integrity, schema
         version, applied index); on any mismatch ValueError is raised and nothing changes.
-        Then SQLite's backup API copies it over the file in one write transaction. Pending
-        events and the event ring are cleared: watchers must resume via `events_since`.
+        Then SQLite's backup API copies it over the file in one write transaction. The event
+        ring is cleared: watchers must resume via `events_since`.
         """
         conn = self._db()
         self.commit()  # the applies so far stand until the restore replaces them all
@@ -983,11 +982,6 @@ class MVCCStore:
             del ring[:cut]
             self._ring_bytes -= dropped
 
-    def take_events(self) -> list[Event]:
-        """The events of the writes applied since the last call, in order; clears them."""
-        events, self._pending = self._pending, []
-        return events
-
     @property
     def path(self) -> str:
         """The database file (its WAL is this path + "-wal")."""
@@ -1046,4 +1040,4 @@ def _file_size(path: str) -> int:
 
 if TYPE_CHECKING:
     # Static proof that the class satisfies the protocol the driver programs against.
-    _check: type[StateMachine] = MVCCStore
+    _check: type[StateMachine[Event]] = MVCCStore

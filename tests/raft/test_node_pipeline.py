@@ -25,6 +25,7 @@ import trio
 from harness import Cluster
 
 from orchestrator.raft.core import RaftCore
+from orchestrator.raft.statemachine import Applied
 from orchestrator.raft.node import _ENVELOPE, NodeConfig, RaftNode, _Waiter
 from orchestrator.raft.types import Entry, HardState, Message, MsgType, Ready, Snapshot
 
@@ -61,11 +62,11 @@ class Recorder:
         self.log.append(("saved", [e.index for e in entries]))
 
     # StateMachine
-    def apply(self, entries: Sequence[Entry]) -> list[object]:
+    def apply(self, entries: Sequence[Entry]) -> Applied[object]:
         self.log.append(("apply", [e.index for e in entries]))
         self.apply_gate.wait(GATE_SECONDS)
         self.log.append(("applied", [e.index for e in entries]))
-        return [None] * len(entries)
+        return Applied([None] * len(entries))
 
     # PeerTransport
     def send(self, m: Message) -> None:

@@ -56,6 +56,25 @@ KiB = 1024
 MiB = 1024 * KiB
 
 
+class RecordingStore(MVCCStore):
+    """The store as these tests drive it: `apply` gives the results, and the events it returned
+    (`Applied.events`, which the Raft driver hands to the watch layer) are kept in order for
+    `take_events()`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._events: list[Event] = []
+
+    def apply(self, entries: Any) -> Any:
+        applied = super().apply(entries)
+        self._events.extend(applied.events)
+        return applied.results
+
+    def take_events(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+
 class Node:
     """A store plus the next log index: `apply(*commands)` wraps them in consecutive entries."""
 
@@ -65,7 +84,7 @@ class Node:
         # file through a second connection, sees each apply's effect at once.
         kwargs.setdefault("commit_interval", 0.0)
         self.kwargs = kwargs
-        self.store = MVCCStore(path, **kwargs)
+        self.store = RecordingStore(path, **kwargs)
         self.index = self.store.applied_index()
 
     def apply(self, *commands: bytes) -> list[Any]:
@@ -80,7 +99,7 @@ class Node:
 
     def reopen(self) -> None:
         self.store.close()
-        self.store = MVCCStore(self.path, **self.kwargs)
+        self.store = RecordingStore(self.path, **self.kwargs)
         assert self.store.applied_index() == self.index
 
     def close(self) -> None:
@@ -154,6 +173,28 @@ def test_create_put_delete_revisions_versions_and_recreate(node: Node) -> None:
         Event(EventType.PUT, kv("a", b"3", 6, 6, 1)),
     ]
     assert s.take_events() == []
+
+
+def test_apply_returns_the_events_of_its_writes(tmp_path: Path) -> None:
+    store = MVCCStore(tmp_path / "store.db")
+    try:
+        applied = store.apply(
+            [
+                Entry(1, 1, EntryType.NORMAL, encode_put("a", b"1")),
+                Entry(1, 2, EntryType.NORMAL, encode_delete("missing")),
+                Entry(1, 3, EntryType.NORMAL, encode_delete("a")),
+            ]
+        )
+        assert applied.results[0] == WriteResult(2, kv("a", b"1", 2, 2, 1))
+        assert list(applied.events) == [
+            Event(EventType.PUT, kv("a", b"1", 2, 2, 1)),
+            Event(EventType.DELETE, kv("a", b"", 0, 3, 0), kv("a", b"1", 2, 2, 1)),
+        ]
+        replayed = store.apply([Entry(1, 3, EntryType.NORMAL, encode_delete("a"))])
+        assert replayed.results == [None]
+        assert not replayed.events  # a skipped entry reports nothing twice
+    finally:
+        store.close()
 
 
 def test_cas_and_missing_key_errors(node: Node) -> None:
@@ -793,7 +834,7 @@ def test_a_crash_loses_the_open_transaction_and_the_replay_applies_it_once(
         n.store.commit()
         assert n.store.apply(entries[2:]) == expected[2:]
         crash(n)
-        n.store = MVCCStore(n.path, commit_interval=NEVER)
+        n.store = RecordingStore(n.path, commit_interval=NEVER)
         assert n.store.applied_index() == 2
         assert n.store.revision() == 3
         assert n.store.apply(entries) == [None, None, *expected[2:]]
