@@ -25,8 +25,8 @@ import trio
 from harness import Cluster
 
 from orchestrator.raft.core import RaftCore
-from orchestrator.raft.statemachine import Applied
 from orchestrator.raft.node import _ENVELOPE, NodeConfig, RaftNode, _Waiter
+from orchestrator.raft.statemachine import Applied
 from orchestrator.raft.types import Entry, HardState, Message, MsgType, Ready, Snapshot
 
 GATE_SECONDS = 10.0  # a gate opens by itself after this, so a broken order fails, not hangs
