@@ -67,7 +67,7 @@ from orchestrator.raft.node import (
     remove_change,
 )
 from orchestrator.raft.transport import flush_tls_alert
-from orchestrator.store.mvcc import SCHEMA_VERSION
+from orchestrator.store.mvcc_sql import SCHEMA_VERSION
 from orchestrator.store.raftstore import RaftStore
 from orchestrator.store.types import (
     Compacted,
