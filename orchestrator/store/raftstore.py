@@ -39,7 +39,6 @@ import trio
 from orchestrator.observability import RAFT_PROPOSALS_FAILED, bind_store
 from orchestrator.raft.node import (
     Busy,
-    CallbackWaiter,
     Deposed,
     NodeConfig,
     NotLeader,
@@ -48,6 +47,7 @@ from orchestrator.raft.node import (
     RaftNode,
     ReadAborted,
 )
+from orchestrator.raft.waiters import CallbackWaiter
 from orchestrator.store.api import ListResult, decode_continue, encode_continue
 from orchestrator.store.fencing import Fenced, current_fence
 from orchestrator.store.mvcc import MVCCStore

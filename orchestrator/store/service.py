@@ -53,6 +53,7 @@ import msgpack
 import trio
 
 from orchestrator.raft.framing import FrameDecoder, FramingError, encode_frame
+from orchestrator.raft.membership import add_learner_change, promote_change, remove_change
 from orchestrator.raft.node import (
     Busy,
     InvalidRequest,
@@ -61,10 +62,7 @@ from orchestrator.raft.node import (
     ProposalLost,
     RaftNode,
     ReadAborted,
-    add_learner_change,
     parse_addr,
-    promote_change,
-    remove_change,
 )
 from orchestrator.raft.transport import flush_tls_alert
 from orchestrator.store.mvcc_sql import SCHEMA_VERSION
