@@ -39,12 +39,11 @@ import os
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.controllers.runtime.metrics import REGISTRY, Histogram, HistogramChild
 
 if TYPE_CHECKING:
-    from orchestrator.raft.node import RaftNode
     from orchestrator.store.mvcc import MVCCStore
 
 __all__ = [
@@ -221,17 +220,30 @@ def _via(ref: Callable[[], Any], read: Callable[[Any], float]) -> Callable[[], f
     return value
 
 
-def bind_raft_node(node: RaftNode) -> None:
+class RaftGaugeSource(Protocol):
+    """What the Raft gauges read (a `RaftNode`; a Protocol so that this module, which the
+    node imports for its metric families, does not import the node)."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def leadership(self) -> tuple[bool, int]: ...
+
+    def commit_index(self) -> int: ...
+
+    def applied_index(self) -> int: ...
+
+    def storage_bytes(self) -> int: ...
+
+
+def bind_raft_node(node: RaftGaugeSource) -> None:
     """Make the Raft gauges read `node` (call once its core exists)."""
     ref = weakref.ref(node)
     _RAFT_IS_LEADER.set_function(_via(ref, lambda n: 1.0 if n.is_leader else 0.0))
-    _RAFT_TERM.set_function(_via(ref, lambda n: n.core.term))
-    _RAFT_COMMIT.set_function(_via(ref, lambda n: n.core.log.committed))
-    _RAFT_APPLIED.set_function(_via(ref, lambda n: n.core.log.applied))
-    _RAFT_LOG_DB.set_function(_via(ref, lambda n: n._db_bytes))
-    sm = getattr(node, "sm", None)
-    if sm is not None and hasattr(sm, "compact_revision") and hasattr(sm, "compactions"):
-        bind_store(sm)  # the MVCC store is the state machine
+    _RAFT_TERM.set_function(_via(ref, lambda n: n.leadership()[1]))
+    _RAFT_COMMIT.set_function(_via(ref, lambda n: n.commit_index()))
+    _RAFT_APPLIED.set_function(_via(ref, lambda n: n.applied_index()))
+    _RAFT_LOG_DB.set_function(_via(ref, lambda n: n.storage_bytes()))
 
 
 # ---------------------------------------------------------------------------------- store

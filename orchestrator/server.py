@@ -38,7 +38,6 @@ import ssl
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -51,8 +50,10 @@ from orchestrator.controllers.runtime.manager import ControllerManager, Controll
 from orchestrator.listenerrors import naming_listener
 from orchestrator.memory import trim_heap, trim_task
 from orchestrator.raft.node import NodeConfig, RaftError, RaftNode
-from orchestrator.raft.statemachine import StateMachine
+from orchestrator.raft.progress import ProgressState
+from orchestrator.raft.status import Status
 from orchestrator.raft.transport import PeerTLS
+from orchestrator.raft.types import NONE
 from orchestrator.security import peercerts
 from orchestrator.security.renewal import CertRenewer, Leaf, RenewalConfig, in_thread
 from orchestrator.security.tls import ReloadableContext
@@ -121,7 +122,7 @@ def cluster_token(data_dir: Path, given: str | None) -> str:
     return token
 
 
-def open_store(data_dir: Path, *, quota_bytes: int) -> StateMachine:
+def open_store(data_dir: Path, *, quota_bytes: int) -> MVCCStore:
     return MVCCStore(data_dir / "store.db", quota_bytes=quota_bytes)
 
 
@@ -135,8 +136,10 @@ class Server:
         opts.node.peer_tls = PeerTLS(
             self._server_context, self._client_context, peercerts.server_node_id
         )
-        self.node = RaftNode(opts.node, partial(open_store, quota_bytes=opts.quota_bytes))
-        self.store = RaftStore(self.node, compaction=opts.compaction)
+        self.store = RaftStore(
+            opts.node, partial(open_store, quota_bytes=opts.quota_bytes), compaction=opts.compaction
+        )
+        self.node = self.store.node
         self.service = ClientService(
             self.store,
             opts.client_listen,
@@ -147,7 +150,7 @@ class Server:
             ApiServer(
                 self.store,
                 opts.api,
-                ready=lambda: self.node.core.lead != 0,
+                ready=lambda: self.node.leader_id != NONE,
                 drain_timeout=opts.drain_timeout,
             )
             if opts.api
@@ -184,7 +187,7 @@ class Server:
                 self.opts.node.peer_listen,
                 self.service.port,
             )
-            if not self.node.core.conf.members():
+            if not self.node.conf().members():
                 if self.opts.join_servers:
                     await self._join_through_api(self.opts.join_servers, join_endpoints)
                 elif self.opts.join_url is not None:
@@ -365,18 +368,18 @@ def role_status(node: RaftNode) -> str:
     return f"no leader, term {term}"
 
 
-def successor(status: dict[str, Any]) -> int | None:
+def successor(status: Status) -> int | None:
     """The voter a stopping leader should hand over to: the most caught-up other voter that is
     being replicated to (so it is alive); None if there is none. `status` is a leader's
     `RaftNode.status()`."""
-    me, voters = status["id"], status["voters"]
-    progress = status.get("progress") or {}
     best: tuple[int, int] | None = None
-    for pid, pr in progress.items():
-        if pid == me or pid not in voters or pr["learner"] or pr["state"] != "replicate":
+    for pid, pr in status.progress.items():
+        if pid == status.id or pid not in status.voters or pr.learner:
             continue
-        if best is None or pr["match"] > best[0]:
-            best = (pr["match"], pid)
+        if pr.state is not ProgressState.REPLICATE:
+            continue
+        if best is None or pr.match > best[0]:
+            best = (pr.match, pid)
     return None if best is None else best[1]
 
 

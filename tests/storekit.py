@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 from cluster import free_ports
 
-from orchestrator.raft.node import NodeConfig, RaftNode
+from orchestrator.raft.node import NodeConfig
 from orchestrator.server import open_store
 from orchestrator.store.raftstore import RaftStore
 
@@ -30,8 +30,7 @@ async def raft_stores(root: Path, size: int) -> AsyncIterator[dict[int, RaftStor
             tick_interval=0.02,
             seed=nid,
         )
-        node = RaftNode(cfg, lambda d: open_store(d, quota_bytes=2**30))
-        stores[nid] = RaftStore(node, quorum_timeout=3.0)
+        stores[nid] = RaftStore(cfg, lambda d: open_store(d, quota_bytes=2**30), quorum_timeout=3.0)
     async with trio.open_nursery() as nursery:
         for s in stores.values():
             await nursery.start(s.run)
@@ -45,7 +44,7 @@ async def lone_store(root: Path) -> AsyncIterator[RaftStore]:
     cfg = NodeConfig(
         node_id=1, data_dir=root, peer_listen="127.0.0.1:0", founders={1: "127.0.0.1:0"}
     )
-    store = RaftStore(RaftNode(cfg, lambda d: open_store(d, quota_bytes=2**30)))
+    store = RaftStore(cfg, lambda d: open_store(d, quota_bytes=2**30))
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run)
         with trio.fail_after(10):

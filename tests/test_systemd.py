@@ -27,6 +27,9 @@ from cluster import REPO_ROOT, Cluster, free_ports
 from orchestrator import systemd
 from orchestrator.cli import install_service
 from orchestrator.cli.main import _build_parser, main
+from orchestrator.raft.progress import ProgressState
+from orchestrator.raft.status import PeerProgress, Status
+from orchestrator.raft.types import Role
 from orchestrator.server import successor
 from orchestrator.systemd import Notifier, UnitSpec, render_unit, watchdog_task
 
@@ -350,18 +353,17 @@ def test_written_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
 
 
 def test_successor_is_the_most_caught_up_replicated_voter() -> None:
-    def pr(match: int, state: str = "replicate", learner: bool = False) -> dict[str, object]:
-        return {"match": match, "state": state, "learner": learner}
+    def pr(match: int, state: str = "replicate", learner: bool = False) -> PeerProgress:
+        return PeerProgress(match, match + 1, ProgressState[state.upper()], learner)
 
-    status = {
-        "id": 1,
-        "voters": [1, 2, 3],
-        "progress": {1: pr(10), 2: pr(8), 3: pr(9), 4: pr(10, learner=True)},
-    }
+    def leader(voters: list[int], progress: dict[int, PeerProgress]) -> Status:
+        return Status(1, 2, Role.LEADER, 1, 10, 10, 10, 1, tuple(voters), (), progress)
+
+    status = leader([1, 2, 3], {1: pr(10), 2: pr(8), 3: pr(9), 4: pr(10, learner=True)})
     assert successor(status) == 3
-    status["progress"] = {1: pr(10), 2: pr(10, "probe"), 3: pr(9, "snapshot")}
+    status = leader([1, 2, 3], {1: pr(10), 2: pr(10, "probe"), 3: pr(9, "snapshot")})
     assert successor(status) is None
-    assert successor({"id": 1, "voters": [1], "progress": {}}) is None
+    assert successor(leader([1], {})) is None
 
 
 # ---------------------------------------------------------------------------------- processes

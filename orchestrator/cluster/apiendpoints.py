@@ -247,7 +247,7 @@ class ApiEndpointsPublisher:
         return cls(
             api_server,
             node.id,
-            lambda: node.core.conf.members(),
+            lambda: node.conf().members(),
             lambda: node.leadership()[0],
             host,
         )

@@ -128,8 +128,8 @@ class MemberDirectory:
             store,
             node.id,
             address,
-            lambda: (node.core.conf.voters, node.core.conf.learners),
-            lambda: node.core.lead,
+            lambda: (node.conf().voters, node.conf().learners),
+            lambda: node.leader_id,
         )
 
     async def list(self) -> list[Obj]:

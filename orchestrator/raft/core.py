@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from orchestrator.raft.progress import Progress, ProgressState
 from orchestrator.raft.raftlog import RaftLog
+from orchestrator.raft.status import PeerProgress, Status
 from orchestrator.raft.types import (
     NONE,
     ConfChange,
@@ -190,30 +191,25 @@ class RaftCore:
     def promotable(self) -> bool:
         return self.id in self.conf.voters
 
-    def status(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "term": self.term,
-            "role": self.role.name.lower(),
-            "leader": self.lead,
-            "commit": self.log.committed,
-            "applied": self.log.applied,
-            "last_index": self.log.last_index(),
-            "first_index": self.log.first_index(),
-            "voters": sorted(self.conf.voters),
-            "learners": sorted(self.conf.learners),
-            "progress": {
-                pid: {
-                    "match": p.match,
-                    "next": p.next,
-                    "state": p.state.name.lower(),
-                    "learner": p.is_learner,
-                }
+    def status(self) -> Status:
+        return Status(
+            id=self.id,
+            term=self.term,
+            role=self.role,
+            lead=self.lead,
+            commit=self.log.committed,
+            applied=self.log.applied,
+            last_index=self.log.last_index(),
+            first_index=self.log.first_index(),
+            voters=tuple(sorted(self.conf.voters)),
+            learners=tuple(sorted(self.conf.learners)),
+            progress={
+                pid: PeerProgress(p.match, p.next, p.state, p.is_learner)
                 for pid, p in sorted(self.prs.items())
             }
             if self.role is Role.LEADER
             else {},
-        }
+        )
 
     # ------------------------------------------------------------------ role transitions
     def _reset(self, term: int) -> None:
@@ -803,12 +799,6 @@ class RaftCore:
         """Start an election now (used by tests and for a fast start of a lone server)."""
         if self.promotable() and self.role is not Role.LEADER:
             self._campaign(pre=self.cfg.pre_vote, transfer=False)
-
-    def report_unreachable(self, to: NodeId) -> None:
-        """The transport could not deliver to `to`: stop pipelining at it."""
-        pr = self.prs.get(to)
-        if self.role is Role.LEADER and pr is not None and pr.state is ProgressState.REPLICATE:
-            pr.become_probe()
 
     def report_peer_down(self, peer: NodeId) -> None:
         """The driver saw `peer`'s process go away: a connection with it was closed or reset

@@ -48,24 +48,33 @@ import random
 import struct
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import trio
 
 from orchestrator import observability as metrics
 from orchestrator.dbthread import DbThread
 from orchestrator.raft.core import RaftConfig, RaftCore, bootstrap
-from orchestrator.raft.statemachine import StateMachine, pack_batch
+from orchestrator.raft.membership import (
+    book,
+    member_context,
+    pack_snapshot,
+    promote_change,
+    unbook,
+    unpack_snapshot,
+)
+from orchestrator.raft.statemachine import Applied, StateMachine, pack_batch
+from orchestrator.raft.status import Status
 from orchestrator.raft.storage import RaftStorage
 from orchestrator.raft.transport import Address, FaultInjector, PeerTLS, PeerTransport
 from orchestrator.raft.types import (
     NONE,
     ConfChange,
     ConfChangeType,
+    ConfState,
     Entry,
     EntryType,
     HardState,
@@ -80,6 +89,7 @@ from orchestrator.raft.types import (
     Snapshot,
     SnapshotMeta,
 )
+from orchestrator.raft.waiters import BatchWaiter, Waiter, proposal_count
 
 log = logging.getLogger("orchestrator.raft.node")
 
@@ -157,162 +167,46 @@ class NodeConfig:
 _ENVELOPE = struct.Struct("!QQ")  # origin node id, request id
 
 
-class _Waiter:
-    """The outcome of one request, set once (later sets are ignored), awaited by one task.
-
-    Built on trio's low-level parking rather than a `trio.Event`: every write makes one, and
-    the event's parking lot cost more than the rest of the waiter."""
-
-    __slots__ = ("done", "error", "task", "value")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.task: trio.lowlevel.Task | None = None
-
-    def set(self, value: Any) -> None:
-        if not self.done:
-            self.value = value
-            self._wake()
-
-    def fail(self, error: BaseException) -> None:
-        if not self.done:
-            self.error = error
-            self._wake()
-
-    def _wake(self) -> None:
-        self.done = True
-        task, self.task = self.task, None
-        if task is not None:
-            trio.lowlevel.reschedule(task)
-
-    def _abort(self, _: Any) -> trio.lowlevel.Abort:
-        self.task = None  # cancelled: a later set() has no one to wake
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    async def wait(self) -> Any:
-        if self.done:
-            await trio.lowlevel.checkpoint()  # as Event.wait: always a checkpoint
-        else:
-            assert self.task is None, "a waiter is awaited by one task"
-            self.task = trio.lowlevel.current_task()
-            await trio.lowlevel.wait_task_rescheduled(self._abort)
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-class CallbackWaiter(_Waiter):
-    """A waiter that calls `callback(value, error)` once, from the loop, instead of waking a
-    task: for callers that answer many requests without a task each (the client port)."""
-
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: Callable[[Any, BaseException | None], None]) -> None:
-        self.callback: Callable[[Any, BaseException | None], None] | None = callback
-        self.value = None
-        self.error = None
-
-    def set(self, value: Any) -> None:
-        cb, self.callback = self.callback, None
-        if cb is not None:
-            cb(value, None)
-
-    def fail(self, error: BaseException) -> None:
-        cb, self.callback = self.callback, None
-        if cb is not None:
-            cb(None, error)
-
-    async def wait(self) -> Any:
-        raise TypeError("a CallbackWaiter reports through its callback")
-
-
-class _BatchWaiter(_Waiter):
-    """The waiters of a batch's commands, under the batch's one request id: the batch's result
-    is the list of theirs (anything else, or a failure, goes to every one of them)."""
-
-    __slots__ = ("waiters",)
-
-    def __init__(self, waiters: list[_Waiter]) -> None:
-        self.waiters = waiters
-        self.value = None
-        self.error = None
-
-    def set(self, value: Any) -> None:
-        if isinstance(value, list) and len(value) == len(self.waiters):
-            for w, v in zip(self.waiters, value, strict=True):
-                w.set(v)
-        else:
-            for w in self.waiters:
-                w.set(value)
-
-    def fail(self, error: BaseException) -> None:
-        for w in self.waiters:
-            w.fail(error)
-
-    async def wait(self) -> Any:
-        raise TypeError("a batch's commands are waited for one by one")
-
-
-def _proposals(w: _Waiter) -> int:
-    """How many proposals a waiter stands for (a batch's: one per command)."""
-    return len(w.waiters) if isinstance(w, _BatchWaiter) else 1
-
-
 # Payload bytes per batch entry: a few hundred commands of 1 KiB, well under the 1 MiB a message
 # carries, so one batch never holds up a follower's catch-up for long.
 _BATCH_BYTES = 256 * 1024
 
-_PROMOTE_MARK = "#promote"  # in the persisted address book: a learner to promote when caught up
-
-
-def _book(peers: dict[NodeId, str], auto_promote: set[NodeId]) -> dict[NodeId, str]:
-    """The address book as persisted (storage, snapshots): addresses plus promotion marks."""
-    return {p: a + _PROMOTE_MARK if p in auto_promote else a for p, a in peers.items()}
-
-
-def _unbook(book: dict[NodeId, str]) -> tuple[dict[NodeId, str], set[NodeId]]:
-    peers = {p: a.removesuffix(_PROMOTE_MARK) for p, a in book.items()}
-    return peers, {p for p, a in book.items() if a.endswith(_PROMOTE_MARK)}
-
-
-def _pack_snapshot(book: dict[NodeId, str], sm_data: bytes) -> bytes:
-    return msgpack.packb([book, sm_data])  # type: ignore[no-any-return]
-
-
-def _unpack_snapshot(data: bytes) -> tuple[dict[NodeId, str], bytes]:
-    book, sm_data = msgpack.unpackb(data, strict_map_key=False)
-    return {int(k): str(v) for k, v in book.items()}, bytes(sm_data)
-
 
 class RaftNode:
-    """One Raft server. Start with `await nursery.start(node.run)`."""
+    """One Raft server. Start with `await nursery.start(node.run)`.
+
+    Observers are given at construction and called on the trio thread, from the loop:
+    `on_apply(events)` after each applied batch, with the events the state machine returned
+    for it (`statemachine.Applied`; their type is the state machine's); `on_snapshot()` after
+    a received snapshot replaced the state machine (no events: an observer catches up from the
+    state machine itself). An observer must not block; an exception it raises is logged, not
+    propagated."""
 
     def __init__(
         self,
         cfg: NodeConfig,
-        state_machine: Callable[[Path], StateMachine],
+        state_machine: Callable[[Path], StateMachine[Any]],
         *,
-        on_apply: Callable[[], None] | None = None,
+        on_apply: Callable[[Sequence[Any]], None] | None = None,
+        on_snapshot: Callable[[], None] | None = None,
     ) -> None:
         self.cfg = cfg
-        self.on_apply = on_apply  # called on the trio thread after each batch is applied
-        self.on_snapshot: Callable[[], None] | None = None  # ... and after a snapshot install
+        self._on_apply = on_apply
+        self._on_snapshot = on_snapshot
         self.id = cfg.node_id
         self._sm_factory = state_machine
         self._rng = random.Random(cfg.seed)
         self._raft_db = DbThread()
         self._sm_db = DbThread()
         self.storage: RaftStorage
-        self.sm: StateMachine
+        self.sm: StateMachine[Any]
         self.core: RaftCore
         self.transport: PeerTransport
         self.peers: dict[NodeId, str] = {}
         self._snapshot = Snapshot(SnapshotMeta())
         self._wake = trio.Event()
         self._inbox: list[Message] = []
-        self._requests: list[tuple[str, Any, _Waiter]] = []
+        self._requests: list[tuple[str, Any, Waiter]] = []
         self._tick_pending = False
         # Peers the transport saw go away, each with the count of messages it had received by
         # then; reported to the core once that many have been stepped (`_step_inbox`).
@@ -323,14 +217,14 @@ class RaftNode:
         # Request ids start at a random point so that entries replayed after a restart can
         # never be mistaken for new requests.
         self._rid = itertools.count(int.from_bytes(os.urandom(7), "big"))
-        self._waiters: dict[int, _Waiter] = {}  # request id -> waiter
+        self._waiters: dict[int, Waiter] = {}  # request id -> waiter
         self._batches = False  # pack proposals that arrive together (see statemachine.py)
         self._applied_bytes = 0  # entry data applied since the last snapshot
         self._by_index: dict[int, tuple[int, int]] = {}  # index -> (term, request id), leader only
-        self._conf_waiters: dict[int, tuple[int, _Waiter]] = {}  # index -> (term, waiter)
+        self._conf_waiters: dict[int, tuple[int, Waiter]] = {}  # index -> (term, waiter)
         self.auto_promote: set[NodeId] = set()  # learners to promote once caught up
-        self._reads: dict[bytes, _Waiter] = {}  # read context -> waiter (before ReadState)
-        self._read_waits: list[tuple[int, _Waiter]] = []  # (read index, waiter)
+        self._reads: dict[bytes, Waiter] = {}  # read context -> waiter (before ReadState)
+        self._read_waits: list[tuple[int, Waiter]] = []  # (read index, waiter)
         # Read contexts must be unique across the cluster (the leader keys pending ReadIndex
         # requests by context, followers' and its own alike) and across restarts (an answer to
         # an earlier incarnation's request must not release a newer one): node id, a random
@@ -370,8 +264,8 @@ class RaftNode:
         return await self._request("propose", data)
 
     def submit(
-        self, data: bytes, *, fence_term: int | None = None, waiter: _Waiter | None = None
-    ) -> _Waiter:
+        self, data: bytes, *, fence_term: int | None = None, waiter: Waiter | None = None
+    ) -> Waiter:
         """`propose` without waiting: queue the command and return its waiter (`await
         waiter.wait()` gives the result or raises). The caller may `fail()` the waiter itself,
         e.g. at a deadline: that only stops the wait, not the proposal, as cancelling would.
@@ -380,7 +274,7 @@ class RaftNode:
         is the leader of term T (so its entry carries term T); otherwise the waiter fails with
         `Deposed` and the command is never forwarded to another leader. `waiter` may be a
         `CallbackWaiter` to be called back instead of awaited."""
-        w = waiter if waiter is not None else _Waiter()
+        w = waiter if waiter is not None else Waiter()
         if fence_term is None:
             self._requests.append(("propose", data, w))
         else:
@@ -415,13 +309,34 @@ class RaftNode:
         """Run `fn(*args)` against the state machine on its database thread."""
         return await self._sm_db.run(fn, *args)
 
-    def status(self) -> dict[str, Any]:
-        st = self.core.status()
-        st["peers"] = dict(self.peers)
-        st["db_bytes"] = self._db_bytes
-        st["snapshot_index"] = self._snapshot.meta.index
-        st["leader_changes"] = self.leader_changes
-        return st
+    def status(self) -> Status:
+        """This server's Raft state now (term, leader, indexes, membership, and on a leader
+        every member's progress), with the peer addresses and storage figures."""
+        return replace(
+            self.core.status(),
+            peers=dict(self.peers),
+            db_bytes=self._db_bytes,
+            snapshot_index=self._snapshot.meta.index,
+            leader_changes=self.leader_changes,
+        )
+
+    # Cheap reads for callers that poll (gauges, readiness, membership checks): no `Status`
+    # is built. Like everything here they read the core between two turns of the loop.
+    def conf(self) -> ConfState:
+        """The membership (voters, learners) as this server knows it now."""
+        return self.core.conf
+
+    def commit_index(self) -> int:
+        return self.core.log.committed
+
+    def term_at(self, index: int) -> int | None:
+        """The term of the log entry at `index`, None if the log no longer (or not yet) has
+        it."""
+        return self.core.log.term(index)
+
+    def storage_bytes(self) -> int:
+        """The Raft database's size (with its WAL) when last measured (open, snapshots)."""
+        return self._db_bytes
 
     # ------------------------------------------------------------------ running
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -450,7 +365,7 @@ class RaftNode:
     async def _open(self) -> None:
         cfg = self.cfg
         state = await self._raft_db.run(self.storage.load)
-        self.peers, self.auto_promote = _unbook(await self._raft_db.run(self.storage.load_peers))
+        self.peers, self.auto_promote = unbook(await self._raft_db.run(self.storage.load_peers))
         hard_state, entries = state.hard_state, state.entries
         fresh = state.snapshot is None and not entries and hard_state.term == 0
         if fresh and cfg.founders:
@@ -554,7 +469,7 @@ class RaftNode:
             self._wake.set()
 
     async def _request(self, kind: str, arg: Any) -> Any:
-        w = _Waiter()
+        w = Waiter()
         self._requests.append((kind, arg, w))
         self._wake.set()
         return await w.wait()
@@ -576,9 +491,9 @@ class RaftNode:
             while core.has_ready():
                 await self._handle_ready(core.ready())
 
-    def _handle_requests(self, requests: list[tuple[str, Any, _Waiter]]) -> None:
+    def _handle_requests(self, requests: list[tuple[str, Any, Waiter]]) -> None:
         core = self.core
-        proposals: list[tuple[bytes, _Waiter]] = []
+        proposals: list[tuple[bytes, Waiter]] = []
         for kind, arg, w in requests:
             try:
                 if kind == "fenced":
@@ -623,7 +538,7 @@ class RaftNode:
                 self._waiters.pop(rid).fail(err)
             metrics.RAFT_PROPOSALS_FAILED.inc(len(proposals))
 
-    def _entry_data(self, proposals: list[tuple[bytes, _Waiter]]) -> tuple[list[bytes], list[int]]:
+    def _entry_data(self, proposals: list[tuple[bytes, Waiter]]) -> tuple[list[bytes], list[int]]:
         """The entries' payloads for `proposals`, each with its envelope, and the request id each
         entry's waiter is registered under. A state machine that accepts batches gets the
         commands that arrived together packed into few entries (up to `_BATCH_BYTES` each, a
@@ -647,7 +562,7 @@ class RaftNode:
             else:
                 group = proposals[i:j]
                 batch.append(_ENVELOPE.pack(self.id, rid) + pack_batch([c for c, _ in group]))
-                self._waiters[rid] = _BatchWaiter([w for _, w in group])
+                self._waiters[rid] = BatchWaiter([w for _, w in group])
             rids.append(rid)
             i = j
         return batch, rids
@@ -749,21 +664,21 @@ class RaftNode:
         term = core.log.term(index)
         assert term is not None, f"applied index {index} below the log's start"
         meta = SnapshotMeta(index, term, core.conf)
-        return Snapshot(meta, _pack_snapshot(_book(self.peers, self.auto_promote), sm_data))
+        return Snapshot(meta, pack_snapshot(book(self.peers, self.auto_promote), sm_data))
 
     async def _install_snapshot(self, snap: Snapshot) -> None:
-        book, sm_data = _unpack_snapshot(snap.data)
+        book, sm_data = unpack_snapshot(snap.data)
         await self._sm_db.run(self.sm.restore, snap.meta.index, sm_data)
         await self._sm_db.run(self.sm.sync)
         self._sm_applied = snap.meta.index
         self._snapshot = Snapshot(snap.meta)
-        peers, self.auto_promote = _unbook(book)
+        peers, self.auto_promote = unbook(book)
         peers[self.id] = self.peers[self.id]
         await self._set_peers(peers)
         # Whatever we proposed may be inside the snapshot or not: we cannot tell any more.
         err = OutcomeUnknown("this server caught up by snapshot; outcome unknown")
         metrics.RAFT_PROPOSALS_FAILED.inc(
-            sum(_proposals(w) for w in self._waiters.values()) + len(self._conf_waiters)
+            sum(proposal_count(w) for w in self._waiters.values()) + len(self._conf_waiters)
         )
         self._commit_clock.clear()
         for w in self._waiters.values():
@@ -774,13 +689,12 @@ class RaftNode:
         self._by_index.clear()
         self._conf_waiters.clear()
         log.info("node %d installed snapshot at index %d", self.id, snap.meta.index)
-        self._notify(self.on_snapshot)
+        if self._on_snapshot is not None:
+            self._notify(self._on_snapshot)
 
-    def _notify(self, hook: Callable[[], None] | None) -> None:
-        if hook is None:
-            return
+    def _notify(self, hook: Callable[..., None], *args: Any) -> None:
         try:
-            hook()
+            hook(*args)
         except Exception:
             # An observer's bug must not stop consensus on this server.
             log.exception("node %d: error in an apply observer", self.id)
@@ -816,20 +730,20 @@ class RaftNode:
                 # Nothing to do in between (a lone server, whose proposals commit in the Ready
                 # that persists them; a leader's conf change): one call, one wake-up.
                 both = steps.submit(self._save_then_apply, rd.hard_state, rd.entries, sm_entries)
-                results = await both.result()
+                applied = await both.result()
             else:
                 saving = steps.submit(self.storage.save, rd.hard_state, rd.entries)
                 applying = steps.submit(self.sm.apply, sm_entries)
                 await saving.result()
                 for m in rd.messages:
                     self.transport.send(m)
-                results = await applying.result()
-        await self._applied(rd.committed, mine, results)
+                applied = await applying.result()
+        await self._applied(rd.committed, mine, applied)
         return send
 
     def _save_then_apply(
         self, hard_state: HardState | None, entries: list[Entry], sm_entries: list[Entry]
-    ) -> list[Any]:
+    ) -> Applied[Any]:
         """On the Raft database's thread, holding both turns: persist, then apply."""
         self.storage.save(hard_state, entries)
         return self.sm.apply(sm_entries)
@@ -851,11 +765,11 @@ class RaftNode:
 
     async def _apply(self, entries: list[Entry]) -> None:
         sm_entries, mine = self._strip(entries)
-        results = await self._sm_db.run(self.sm.apply, sm_entries)
-        await self._applied(entries, mine, results)
+        applied = await self._sm_db.run(self.sm.apply, sm_entries)
+        await self._applied(entries, mine, applied)
 
     async def _applied(
-        self, entries: list[Entry], mine: list[tuple[int, int] | None], results: list[Any]
+        self, entries: list[Entry], mine: list[tuple[int, int] | None], applied: Applied[Any]
     ) -> None:
         """After the state machine applied `entries`: notify, resolve the waiters."""
         self._sm_applied = last = entries[-1].index
@@ -865,10 +779,11 @@ class RaftNode:
             while clock and clock[0][0] <= last:
                 _, n, started = clock.popleft()
                 metrics.RAFT_COMMIT_DURATION.observe_many(now - started, n)
-        self._notify(self.on_apply)
+        if self._on_apply is not None:
+            self._notify(self._on_apply, applied.events)
         peers_changed = False
         peers = dict(self.peers)
-        for e, res, own in zip(entries, results, mine, strict=True):
+        for e, res, own in zip(entries, applied.results, mine, strict=True):
             if e.type is EntryType.CONF_CHANGE:
                 cc = ConfChange.decode(e.data)
                 if cc.type is ConfChangeType.REMOVE:
@@ -896,12 +811,12 @@ class RaftNode:
                 w = self._waiters.pop(expected[1], None)
                 if w is not None:
                     w.fail(ProposalLost(f"entry {e.index} was overwritten by term {e.term}"))
-                    metrics.RAFT_PROPOSALS_FAILED.inc(_proposals(w))
+                    metrics.RAFT_PROPOSALS_FAILED.inc(proposal_count(w))
         if peers_changed:
             await self._set_peers(peers)
 
     @staticmethod
-    def _resolve(w: _Waiter, term: int, e: Entry, result: Any) -> None:
+    def _resolve(w: Waiter, term: int, e: Entry, result: Any) -> None:
         if term == e.term:
             w.set(result)
         else:
@@ -922,7 +837,7 @@ class RaftNode:
                 except ValueError as exc:
                     # Validated before proposing; a bad address in the log must not stop us.
                     log.error("node %d: member %d has an unusable address: %s", self.id, pid, exc)
-        await self._raft_db.run(self.storage.save_peers, _book(peers, self.auto_promote))
+        await self._raft_db.run(self.storage.save_peers, book(peers, self.auto_promote))
 
     def _release_reads(self) -> None:
         if not self._read_waits:
@@ -977,28 +892,3 @@ class RaftNode:
         self._applied_bytes = 0
         self._db_bytes = await self._raft_db.run(self.storage.size_bytes)
         log.info("node %d: snapshot at %d, log compacted to %d", self.id, index, upto)
-
-
-def add_learner_change(node_id: NodeId, addr: str, *, auto_promote: bool = False) -> ConfChange:
-    """Add a learner reachable at `addr`; with auto_promote the leader makes it a voter once it
-    has caught up (how `server --join` grows a cluster)."""
-    context = msgpack.packb({"addr": addr, "promote": auto_promote})
-    return ConfChange(ConfChangeType.ADD_LEARNER, node_id, context)
-
-
-def member_context(context: bytes) -> tuple[str | None, bool]:
-    """(peer address, auto-promote) carried by a conf change; tolerant of garbage."""
-    try:
-        ctx = msgpack.unpackb(context)
-        addr = ctx.get("addr")
-        return (addr if isinstance(addr, str) else None), bool(ctx.get("promote"))
-    except Exception:  # a malformed context must not stop the apply loop
-        return None, False
-
-
-def promote_change(node_id: NodeId) -> ConfChange:
-    return ConfChange(ConfChangeType.ADD_VOTER, node_id)
-
-
-def remove_change(node_id: NodeId) -> ConfChange:
-    return ConfChange(ConfChangeType.REMOVE, node_id)

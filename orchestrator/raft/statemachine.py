@@ -7,6 +7,11 @@ Invariants every implementation must keep:
 - `apply` returns one result per input entry, in order (None for entries it skipped or that carry
   no command), and reports a malformed command as a result value rather than raising: a command
   is committed by the whole cluster, so every replica must reach the same outcome for it.
+- `apply` also returns the events its changes made (`Applied.events`, in order; for the MVCC
+  store, the watch events), which the driver hands to its `on_apply` observer once the batch
+  is applied. A skipped entry makes no event, so a replay after a crash reports nothing twice;
+  `restore` makes none (an observer learns of it through `on_restore` and catches up from the
+  state machine).
 - `snapshot()` returns the applied index together with data describing exactly the state at that
   index; `restore(index, data)` replaces the whole state with it and sets the applied index to
   `index`, atomically.
@@ -26,13 +31,22 @@ for one; a state machine whose commands are not msgpack must not accept batches.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 import msgpack
 
 from orchestrator.raft.types import Entry
 
 BATCH_TAG = b"\xc1"
+
+E_co = TypeVar("E_co", covariant=True)
+
+
+class Applied(NamedTuple, Generic[E_co]):
+    """What `StateMachine.apply` did: one result per entry, and the events of its changes."""
+
+    results: list[object]
+    events: Sequence[E_co] = ()
 
 
 def pack_batch(commands: Sequence[bytes]) -> bytes:
@@ -53,13 +67,14 @@ def unpack_batch(data: bytes) -> list[bytes]:
     return commands
 
 
-class StateMachine(Protocol):
+class StateMachine(Protocol[E_co]):
     def applied_index(self) -> int:
         """The index of the last entry whose effect is durable (0 for a fresh machine)."""
         ...
 
-    def apply(self, entries: Sequence[Entry]) -> list[object]:
-        """Apply committed entries (in index order) durably; one result per entry."""
+    def apply(self, entries: Sequence[Entry]) -> Applied[E_co]:
+        """Apply committed entries (in index order) durably; one result per entry, and the
+        events of the changes."""
         ...
 
     def snapshot(self) -> tuple[int, bytes]:

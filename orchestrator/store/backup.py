@@ -54,7 +54,8 @@ from typing import Any
 
 from orchestrator.raft.storage import RaftStorage
 from orchestrator.raft.types import ConfState, HardState, Snapshot, SnapshotMeta
-from orchestrator.store.mvcc import SCHEMA_VERSION, MVCCStore
+from orchestrator.store.mvcc import MVCCStore
+from orchestrator.store.mvcc_sql import SCHEMA_VERSION
 
 MAGIC = b"ORCHBKP\n"
 FORMAT_VERSION = 1

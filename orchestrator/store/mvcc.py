@@ -17,36 +17,17 @@ same connection, so they see every applied batch at once; `commit()` (and `sync`
 applies of the open transaction only, together with the applied index that covers them: the
 driver hands those entries again (the Raft log keeps everything above the synced state machine).
 
-Layout (etcd's, mapped onto SQLite; store-notes §1):
-
-- `history` is the revision-keyed store, like etcd's bbolt bucket keyed by (main, sub). Its rowid
-  `id` is `revision << 8 | sub`, where `sub` is the rank of the key among the keys written by
-  that revision (a transaction writes up to MAX_TXN_OPS < 256 keys; a single command has sub 0).
-  So the table's own B-tree *is* the "index on revision" (watch replay is a rowid range scan and
-  every insert appends at the right edge of the tree), and `ORDER BY id` is revision order with
-  key order inside a revision. One row per write: PUT rows carry the value, `create_rev` and
-  `version`; DELETE rows (tombstones) an empty value and zeros. The index `history_key (key)`
-  holds (key, id) pairs: "newest row of key K at or below revision R" is one index seek.
-- `kv` is the current-state index, like etcd's in-memory key index: key -> `hid` (the history id
-  of the key's live row; `mod_revision = hid >> 8`), `create_rev`, `version`. It holds no value:
-  the value lives once, in the history row `hid` points at, so a put writes its value once
-  rather than twice (kv + history) or three times (plus a `prev_value` copy). Measured with raw
-  SQL, 1 KiB puts: 1.7-1.9x the apply rate and 1/2-1/3 of the file size of the layout with
-  values in kv and history and prev_* columns.
-- `prev_kv` is not stored either: the previous state of a key is its previous history row, and
-  compaction (below) never removes the predecessor of a row above the compact revision unless
-  it is a tombstone (whose successor's `prev_kv` is None anyway).
-- `meta` (one row): applied_index, revision, compact_revision, logical_bytes. The store starts at
-  revision 1 with no keys (as etcd does), so the first write gets revision 2 and revision 0
-  always means "current" in reads.
+The tables and statements are in `mvcc_sql` (the layout), the command checks in
+`mvcc_checks`, the event ring in `mvcc_ring`, the snapshot image in `mvcc_snapshot`.
 
 A successful write command (create, put, delete, or a txn whose chosen branch changes at least
 one key) takes revision `revision + 1`; a txn with several writes takes one revision for all of
 them; reads, failed commands, a txn whose branch only reads, compaction and noop take none.
-Every write also appends `Event`s (with `prev_kv`) to a list the watch layer drains with
-`take_events()` after each `apply`, and to an in-memory ring of recent events (`history_ring`
-events at least, fewer if they exceed a 64 MiB budget) that serves `events_since` for recent
-revisions without touching SQLite; older revisions are read from `history`.
+Every write also makes `Event`s (with `prev_kv`): `apply` returns them with its results
+(`Applied.events`; the driver hands them to the watch layer) and appends them to an in-memory
+ring of recent events (`history_ring` events at least, fewer if they exceed a 64 MiB budget)
+that serves `events_since` for recent revisions without touching SQLite; older revisions are
+read from `history`.
 
 Compaction `compact(C)` deletes history rows with revision <= C except, per key, the newest row
 at or below C when it is a PUT. Hence a read at any revision R >= C still finds, for each key,
@@ -97,22 +78,57 @@ Decisions
 
 from __future__ import annotations
 
-import bisect
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from orchestrator.dbthread import open_wal
-from orchestrator.raft.statemachine import BATCH_TAG, unpack_batch
+from orchestrator.raft.statemachine import BATCH_TAG, Applied, unpack_batch
 from orchestrator.raft.types import Entry, EntryType
+from orchestrator.store.mvcc_checks import (
+    COMPARE_OPS,
+    INT_TARGETS,
+    Invalid,
+    bounds,
+    check_revision,
+    check_text,
+    check_value,
+    compare,
+    key_bytes,
+)
+from orchestrator.store.mvcc_ring import EventRing, take_whole_revisions
+from orchestrator.store.mvcc_snapshot import database_image, install_image
+from orchestrator.store.mvcc_sql import (
+    CACHE_KIB,
+    DELETE,
+    NO_LIMIT,
+    PUT,
+    SCHEMA,
+    SCHEMA_VERSION,
+    SQL_CHECKPOINT,
+    SQL_COMPACT_BYTES,
+    SQL_COMPACT_DELETE,
+    SQL_COUNT,
+    SQL_COUNT_AT,
+    SQL_CURRENT,
+    SQL_EVENTS,
+    SQL_GET_AT,
+    SQL_HISTORY_INSERT,
+    SQL_KV_COUNT,
+    SQL_KV_DELETE,
+    SQL_META_LOAD,
+    SQL_META_SAVE,
+    SQL_RANGE,
+    SQL_RANGE_AT,
+    SUB_BITS,
+    write_put,
+)
 from orchestrator.store.types import (
-    MAX_KEY_BYTES,
     MAX_TXN_OPS,
-    MAX_VALUE_BYTES,
     Compacted,
     CompareTarget,
     Conflict,
@@ -142,236 +158,6 @@ DEFAULT_MAX_WAL_BYTES = 16 * 1024**2  # maybe_checkpoint() truncates the WAL abo
 # How long applies add to one SQLite transaction before one of them commits it (see `apply`):
 # etcd's backend batch interval. Longer only replays more entries after a crash.
 DEFAULT_COMMIT_INTERVAL = 0.1
-SCHEMA_VERSION = 1
-
-_SUB_BITS = 8  # history.id = revision << _SUB_BITS | sub
-assert MAX_TXN_OPS < 1 << _SUB_BITS
-_PUT = int(EventType.PUT)
-_DELETE = int(EventType.DELETE)
-_CACHE_KIB = 16 * 1024  # page cache (negative cache_size = KiB)
-_RING_MAX_BYTES = 64 * 1024**2  # byte budget of the event ring (values can be 1.5 MiB)
-_NO_UPPER = b"\xff"  # a BLOB compares above every TEXT: "no upper bound" for key ranges
-_NO_LIMIT = -1  # SQLite LIMIT -1 = unlimited
-_COMPARE_OPS = frozenset({"=", "!=", "<", ">"})
-_INT_TARGETS = frozenset({CompareTarget.MOD, CompareTarget.CREATE, CompareTarget.VERSION})
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS meta (id INTEGER PRIMARY KEY CHECK (id = 1),"
-    " applied_index INTEGER NOT NULL, revision INTEGER NOT NULL,"
-    " compact_revision INTEGER NOT NULL, logical_bytes INTEGER NOT NULL)",
-    "INSERT OR IGNORE INTO meta VALUES (1, 0, 1, 0, 0)",
-    # Value last: columns before it are read without touching overflow pages.
-    "CREATE TABLE IF NOT EXISTS history (id INTEGER PRIMARY KEY, key TEXT NOT NULL,"
-    " type INTEGER NOT NULL, create_rev INTEGER NOT NULL, version INTEGER NOT NULL,"
-    " value BLOB NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS history_key ON history (key)",  # = (key, id)
-    "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY NOT NULL, hid INTEGER NOT NULL,"
-    " create_rev INTEGER NOT NULL, version INTEGER NOT NULL) WITHOUT ROWID",
-)
-
-_SQL_META_LOAD = (
-    "SELECT applied_index, revision, compact_revision, logical_bytes FROM meta WHERE id = 1"
-)
-_SQL_META_SAVE = (
-    "UPDATE meta SET applied_index = ?, revision = ?, compact_revision = ?, logical_bytes = ?"
-    " WHERE id = 1"
-)
-# The live row of a key: (hid, create_rev, version, value).
-_SQL_CURRENT = (
-    "SELECT k.hid, k.create_rev, k.version, h.value FROM kv AS k"
-    " JOIN history AS h ON h.id = k.hid WHERE k.key = ?"
-)
-_SQL_HISTORY_INSERT = (
-    "INSERT INTO history (id, key, type, create_rev, version, value) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_SQL_KV_INSERT = "INSERT INTO kv (key, hid, create_rev, version) VALUES (?, ?, ?, ?)"
-_SQL_KV_UPDATE = "UPDATE kv SET hid = ?, version = ? WHERE key = ?"
-_SQL_KV_DELETE = "DELETE FROM kv WHERE key = ?"
-_SQL_KV_COUNT = "SELECT COUNT(*) FROM kv"
-
-# The newest row of a key strictly below history id ?2 (= at or below a revision).
-_SQL_GET_AT = (
-    "SELECT type, create_rev, id, version, value FROM history"
-    " WHERE key = ? AND id < ? ORDER BY id DESC LIMIT 1"
-)
-# ?1 lower bound (inclusive), ?2 upper bound (exclusive), ?3 limit.
-_SQL_RANGE = (
-    "SELECT k.key, h.value, k.create_rev, k.hid, k.version FROM kv AS k"
-    " JOIN history AS h ON h.id = k.hid WHERE k.key >= ?1 AND k.key < ?2"
-    " ORDER BY k.key LIMIT ?3"
-)
-_SQL_COUNT = "SELECT COUNT(*) FROM kv WHERE key >= ?1 AND key < ?2"
-# State at a past revision R (?3 = (R + 1) << _SUB_BITS): keys whose live row is at or below R
-# are unchanged since R; the keys written after R (found by a rowid range scan of the history
-# after R; NOT INDEXED keeps the planner off a full scan of the key index) take their newest row
-# at or below R, if it is a PUT.
-_PAST_ARMS = (
-    "SELECT k.key AS key, h.value, k.create_rev, k.hid, k.version FROM kv AS k"
-    " JOIN history AS h ON h.id = k.hid WHERE k.key >= ?1 AND k.key < ?2 AND k.hid < ?3"
-    " UNION ALL"
-    " SELECT h.key AS key, h.value, h.create_rev, h.id, h.version"
-    " FROM (SELECT DISTINCT key FROM history NOT INDEXED"
-    " WHERE id >= ?3 AND key >= ?1 AND key < ?2) AS c"
-    " JOIN history AS h ON h.id ="
-    " (SELECT MAX(x.id) FROM history AS x WHERE x.key = c.key AND x.id < ?3)"
-    " WHERE h.type = 0"
-)
-_SQL_RANGE_AT = _PAST_ARMS + " ORDER BY 1 LIMIT ?4"
-_SQL_COUNT_AT = "SELECT COUNT(*) FROM (" + _PAST_ARMS + ")"
-# Events with id >= ?1 and ?2 <= key < ?3, in id order, each with its predecessor row.
-_SQL_EVENTS = (
-    "SELECT h.id, h.key, h.type, h.create_rev, h.version, h.value,"
-    " p.type, p.create_rev, p.id, p.version, p.value"
-    " FROM history AS h LEFT JOIN history AS p ON p.id ="
-    " (SELECT MAX(x.id) FROM history AS x WHERE x.key = h.key AND x.id < h.id)"
-    " WHERE h.id >= ?1 AND +h.key >= ?2 AND +h.key < ?3"
-    " ORDER BY h.id LIMIT ?4"
-)
-# Compaction window ?1 <= id < ?2 (revisions above the previous compaction, up to the new one):
-# for each key written in it, every row below its newest row in the window, and that newest
-# row too if it is a tombstone. Keys not written in the window keep their (PUT) base row.
-_COMPACT_DOOMED = (
-    "SELECT h.id FROM (SELECT key, MAX(id) AS top FROM history"
-    " WHERE id >= ?1 AND id < ?2 GROUP BY key) AS t"
-    " JOIN history AS h ON h.key = t.key AND h.id <= t.top"
-    " WHERE h.id < t.top OR h.type = 1"
-)
-_SQL_COMPACT_BYTES = (
-    "SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(value)), 0) FROM history"
-    " WHERE id IN (" + _COMPACT_DOOMED + ")"
-)
-_SQL_COMPACT_DELETE = "DELETE FROM history WHERE id IN (" + _COMPACT_DOOMED + ")"
-_SQL_CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"
-
-
-class _Invalid(Exception):
-    """A malformed command (internal: becomes a result with `error` set)."""
-
-    def __init__(self, error: StoreError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _key_bytes(key: Any) -> int:
-    """The UTF-8 size of a valid key; raises _Invalid for anything that is not a valid key."""
-    if not isinstance(key, str) or not key:
-        raise _Invalid(InvalidRequest(f"key must be a non-empty string, got {key!r:.80}"))
-    try:
-        n = len(key.encode())
-    except UnicodeEncodeError:
-        raise _Invalid(InvalidRequest(f"key {key!r:.80} is not valid Unicode")) from None
-    if n > MAX_KEY_BYTES:
-        raise _Invalid(TooLarge(f"key {key[:40]!r}... is {n} bytes, over {MAX_KEY_BYTES}"))
-    if "\x00" in key:
-        raise _Invalid(InvalidRequest(f"key {key!r:.80} contains a NUL character"))
-    return n
-
-
-def _check_value(key: str, value: Any) -> int:
-    if not isinstance(value, bytes):
-        raise _Invalid(InvalidRequest(f"value of {key!r} must be bytes"))
-    if len(value) > MAX_VALUE_BYTES:
-        raise _Invalid(TooLarge(f"value of {key!r} is {len(value)} bytes, over {MAX_VALUE_BYTES}"))
-    return len(value)
-
-
-def _check_revision(what: str, rev: Any) -> int | None:
-    """An expected revision: None or a non-negative int (bool is not an int here)."""
-    if rev is None:
-        return None
-    if isinstance(rev, bool) or not isinstance(rev, int) or rev < 0:
-        raise _Invalid(InvalidRequest(f"{what} must be a non-negative integer or nil"))
-    return rev
-
-
-def _prefix_end(prefix: str) -> str | bytes:
-    """The smallest string above every string starting with `prefix` (_NO_UPPER if none)."""
-    chars = list(prefix)
-    while chars and chars[-1] == "\U0010ffff":
-        chars.pop()
-    if not chars:
-        return _NO_UPPER
-    cp = ord(chars[-1]) + 1
-    if 0xD800 <= cp <= 0xDFFF:  # surrogates cannot be stored; skip to the next scalar value
-        cp = 0xE000
-    chars[-1] = chr(cp)
-    return "".join(chars)
-
-
-def _check_text(what: str, text: Any) -> None:
-    """Reads take any str that SQLite can bind (valid Unicode); InvalidRequest otherwise."""
-    if not isinstance(text, str):
-        raise InvalidRequest(f"{what} must be a string, got {type(text).__name__}")
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        raise InvalidRequest(f"{what} {text!r:.80} is not valid Unicode") from None
-
-
-def _bounds(prefix: str, start_after: str) -> tuple[str, str | bytes]:
-    _check_text("prefix", prefix)
-    _check_text("start_after", start_after)
-    # key > s  <=>  key >= s + "\0", the immediate successor of s in code point order.
-    lower = max(prefix, start_after + "\x00") if start_after else prefix
-    return lower, _prefix_end(prefix)
-
-
-def _compare(kv: KeyValue | None, target: str, op: str, operand: Any) -> bool:
-    actual: Any
-    if target == CompareTarget.VALUE:
-        actual = None if kv is None else kv.value
-        if actual is None or operand is None:
-            same = actual is None and operand is None
-            return same if op == "=" else (not same if op == "!=" else False)
-    elif kv is None:
-        actual = 0
-    elif target == CompareTarget.MOD:
-        actual = kv.mod_revision
-    elif target == CompareTarget.CREATE:
-        actual = kv.create_revision
-    else:
-        actual = kv.version
-    if op == "=":
-        return bool(actual == operand)
-    if op == "!=":
-        return bool(actual != operand)
-    if op == "<":
-        return bool(actual < operand)
-    return bool(actual > operand)
-
-
-def _take_whole_revisions(events: Iterable[Event], limit: int) -> list[Event]:
-    """Up to `limit` events (0 = all) ending at a revision boundary; a first revision with more
-    than `limit` events is returned whole. `events` must hold every event of each revision it
-    reaches into (up to MAX_TXN_OPS past the limit)."""
-    out: list[Event] = []
-    for ev in events:
-        if limit > 0 and len(out) >= limit and ev.kv.mod_revision != out[-1].kv.mod_revision:
-            break
-        out.append(ev)
-    if limit > 0 and len(out) > limit:
-        last = out[-1].kv.mod_revision
-        cut = len(out)
-        while cut > 0 and out[cut - 1].kv.mod_revision == last:
-            cut -= 1
-        if cut > 0:
-            del out[cut:]
-    return out
-
-
-def _write_put(
-    conn: sqlite3.Connection, key: str, value: bytes, prev: KeyValue | None, rev: int, hid: int
-) -> KeyValue:
-    """Write a put of `key` as history row `hid` at revision `rev` and point the current-state
-    index at it; `prev` is the key's live value (None: this put creates it)."""
-    if prev is None:
-        conn.execute(_SQL_HISTORY_INSERT, (hid, key, _PUT, rev, 1, value))
-        conn.execute(_SQL_KV_INSERT, (key, hid, rev, 1))
-        return KeyValue(key, value, rev, rev, 1)
-    kv = KeyValue(key, value, prev.create_revision, rev, prev.version + 1)
-    conn.execute(_SQL_HISTORY_INSERT, (hid, key, _PUT, kv.create_revision, kv.version, value))
-    conn.execute(_SQL_KV_UPDATE, (hid, kv.version, key))
-    return kv
 
 
 class MVCCStore:
@@ -391,16 +177,11 @@ class MVCCStore:
         self._commit_interval = commit_interval
         self._txn_since = 0.0  # time.monotonic() when the open apply transaction began
         self._quota = quota_bytes
-        self._ring_size = max(0, history_ring)
         self._applied = 0
         self._rev = 1
         self._compact = 0
         self._logical = 0
-        self._pending: list[Event] = []  # drained by take_events()
-        # Recent events in (revision, key) order; complete for every revision >= _ring_floor.
-        self._ring: list[Event] = []
-        self._ring_bytes = 0  # Σ _event_bytes over the ring
-        self._ring_floor = 2
+        self._ring = EventRing(history_ring)  # recent events, for events_since (mvcc_ring)
         self._compacted = False  # a compaction ran in the current apply batch
         self.compactions = 0  # compactions applied since this object was made (for metrics)
         # NORMAL, not FULL: the Raft log is the durable record (fsynced before anything is
@@ -420,13 +201,13 @@ class MVCCStore:
     # ------------------------------------------------------------------ setup
     def _init_db(self) -> None:
         conn = self._db()
-        conn.execute(f"PRAGMA cache_size=-{_CACHE_KIB}")
+        conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         conn.execute("PRAGMA temp_store=MEMORY")
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             if version == 0:
-                for sql in _SCHEMA:
+                for sql in SCHEMA:
                     conn.execute(sql)
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             elif version != SCHEMA_VERSION:
@@ -440,17 +221,14 @@ class MVCCStore:
         conn.execute("COMMIT")
         self._load_meta()
         self._reset_events()  # the ring starts empty: complete from the next revision on
-        conn.execute(_SQL_CHECKPOINT)
+        conn.execute(SQL_CHECKPOINT)
 
     def _load_meta(self) -> None:
-        row = self._db().execute(_SQL_META_LOAD).fetchone()
+        row = self._db().execute(SQL_META_LOAD).fetchone()
         self._applied, self._rev, self._compact, self._logical = (int(x) for x in row)
 
     def _reset_events(self) -> None:
-        self._pending = []
-        self._ring = []
-        self._ring_bytes = 0
-        self._ring_floor = self._rev + 1
+        self._ring.reset(self._rev)
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -461,11 +239,12 @@ class MVCCStore:
     def applied_index(self) -> int:
         return self._applied
 
-    def apply(self, entries: Sequence[Entry]) -> list[object]:
+    def apply(self, entries: Sequence[Entry]) -> Applied[Event]:
         """Apply, in one transaction, every entry above the applied index; see the module doc.
 
         Returns one result per entry: None for skipped, empty and conf-change entries, else a
-        WriteResult (create, put, delete, compact, noop, unknown) or TxnResult (txn).
+        WriteResult (create, put, delete, compact, noop, unknown) or TxnResult (txn); and the
+        events of the writes, in order.
         Raises ValueError (applying nothing) if the new entries do not continue the applied
         index contiguously: skipping an index would silently lose a committed command.
         """
@@ -479,7 +258,7 @@ class MVCCStore:
                 raise ValueError(f"entry {e.index} does not follow applied index {expected - 1}")
             expected += 1
         if expected == applied + 1:
-            return [None] * len(entries)
+            return Applied([None] * len(entries))
 
         results: list[object] = []
         events: list[Event] = []
@@ -498,7 +277,7 @@ class MVCCStore:
                     results.append(self._execute_batch(e.data, events))
                 else:
                     results.append(self._execute(e.data, events))
-            conn.execute(_SQL_META_SAVE, (expected - 1, self._rev, self._compact, self._logical))
+            conn.execute(SQL_META_SAVE, (expected - 1, self._rev, self._compact, self._logical))
             conn.execute("RELEASE apply")
         except BaseException:
             if conn.in_transaction:
@@ -508,16 +287,15 @@ class MVCCStore:
             raise
         self._applied = expected - 1
         if events:
-            self._pending.extend(events)
-            self._ring_extend(events)
+            self._ring.extend(events)
         if self._compacted:
             # Outside the transaction: a checkpoint cannot run inside one. TRUNCATE brings the
             # WAL, which now holds the compaction's page changes, back to zero bytes.
             self.commit()
-            conn.execute(_SQL_CHECKPOINT)
+            conn.execute(SQL_CHECKPOINT)
         elif time.monotonic() - self._txn_since >= self._commit_interval:
             self.commit()
-        return results
+        return Applied(results, events)
 
     def commit(self) -> None:
         """Commit the applies made since the last commit (a no-op if there are none)."""
@@ -529,50 +307,22 @@ class MVCCStore:
         """The applied index and the whole database image at exactly that index."""
         conn = self._db()
         self.commit()
-        conn.execute(_SQL_CHECKPOINT)  # everything in the main file; WAL back to zero
-        return self._applied, conn.serialize()
+        return self._applied, database_image(conn)
 
     def restore(self, index: int, data: bytes) -> None:
         """Replace the whole database with a `snapshot()` image whose applied index is `index`.
 
         The image is opened and checked in memory first (SQLite format, integrity, schema
         version, applied index); on any mismatch ValueError is raised and nothing changes.
-        Then SQLite's backup API copies it over the file in one write transaction. Pending
-        events and the event ring are cleared: watchers must resume via `events_since`.
+        Then SQLite's backup API copies it over the file in one write transaction. The event
+        ring is cleared: watchers must resume via `events_since`.
         """
         conn = self._db()
         self.commit()  # the applies so far stand until the restore replaces them all
-        image = bytearray(data)
-        if len(image) < 100 or not image.startswith(b"SQLite format 3\x00"):
-            raise ValueError("snapshot is not an SQLite database image")
-        # The image of a WAL database says so in its header (bytes 18-19 = 2); an in-memory
-        # database cannot use WAL, so present it as a rollback-journal database.
-        image[18] = image[19] = 1
-        mem = sqlite3.connect(":memory:", isolation_level=None)
-        try:
-            try:
-                mem.deserialize(bytes(image))
-                check = mem.execute("PRAGMA quick_check").fetchone()[0]
-                version = int(mem.execute("PRAGMA user_version").fetchone()[0])
-                page_size = int(mem.execute("PRAGMA page_size").fetchone()[0])
-                row = mem.execute(_SQL_META_LOAD).fetchone() if version == SCHEMA_VERSION else None
-            except sqlite3.DatabaseError as exc:
-                raise ValueError(f"snapshot is not a readable store database: {exc}") from exc
-            if check != "ok":
-                raise ValueError(f"snapshot fails the integrity check: {check}")
-            if row is None:
-                raise ValueError(f"snapshot has schema version {version}, not {SCHEMA_VERSION}")
-            if int(row[0]) != index:
-                raise ValueError(f"snapshot is at applied index {row[0]}, expected {index}")
-            own = int(conn.execute("PRAGMA page_size").fetchone()[0])
-            if page_size != own:
-                raise ValueError(f"snapshot page size {page_size} differs from ours ({own})")
-            mem.backup(conn)  # pages=-1: one step, one write transaction on `conn`
-        finally:
-            mem.close()
+        install_image(conn, index, data)
         self._load_meta()
         self._reset_events()
-        conn.execute(_SQL_CHECKPOINT)
+        conn.execute(SQL_CHECKPOINT)
 
     def close(self) -> None:
         """Commit and close the connection; idempotent."""
@@ -603,27 +353,27 @@ class MVCCStore:
         try:
             if op == Op.PUT:
                 if len(cmd) != 4:
-                    raise _Invalid(InvalidRequest("put takes [key, value, expected|nil]"))
-                return self._put(cmd[1], cmd[2], _check_revision("expected", cmd[3]), events)
+                    raise Invalid(InvalidRequest("put takes [key, value, expected|nil]"))
+                return self._put(cmd[1], cmd[2], check_revision("expected", cmd[3]), events)
             if op == Op.CREATE:
                 if len(cmd) != 3:
-                    raise _Invalid(InvalidRequest("create takes [key, value]"))
+                    raise Invalid(InvalidRequest("create takes [key, value]"))
                 return self._put(cmd[1], cmd[2], None, events, create=True)
             if op == Op.DELETE:
                 if len(cmd) != 3:
-                    raise _Invalid(InvalidRequest("delete takes [key, expected|nil]"))
-                return self._delete(cmd[1], _check_revision("expected", cmd[2]), events)
+                    raise Invalid(InvalidRequest("delete takes [key, expected|nil]"))
+                return self._delete(cmd[1], check_revision("expected", cmd[2]), events)
             if op == Op.TXN:
                 return self._txn(cmd, events)
             if op == Op.COMPACT:
                 if len(cmd) != 2:
-                    raise _Invalid(InvalidRequest("compact takes [revision]"))
-                return self._compact_to(_check_revision("revision", cmd[1]))
+                    raise Invalid(InvalidRequest("compact takes [revision]"))
+                return self._compact_to(check_revision("revision", cmd[1]))
             if op == Op.NOOP:
                 if len(cmd) != 1:
-                    raise _Invalid(InvalidRequest("noop takes no arguments"))
+                    raise Invalid(InvalidRequest("noop takes no arguments"))
                 return WriteResult(self._rev)
-        except _Invalid as bad:
+        except Invalid as bad:
             if op == Op.TXN:
                 return TxnResult(False, self._rev, error=bad.error)
             return self._fail(bad.error)
@@ -633,10 +383,10 @@ class MVCCStore:
         return WriteResult(self._rev, error=error)
 
     def _current(self, key: str) -> KeyValue | None:
-        row = self._db().execute(_SQL_CURRENT, (key,)).fetchone()
+        row = self._db().execute(SQL_CURRENT, (key,)).fetchone()
         if row is None:
             return None
-        return KeyValue(key, row[3], row[1], row[0] >> _SUB_BITS, row[2])
+        return KeyValue(key, row[3], row[1], row[0] >> SUB_BITS, row[2])
 
     def _put(
         self,
@@ -647,11 +397,11 @@ class MVCCStore:
         *,
         create: bool = False,
     ) -> WriteResult:
-        kb = _key_bytes(key)
-        vb = _check_value(key, value)
+        kb = key_bytes(key)
+        vb = check_value(key, value)
         conn = self._db()
-        row = conn.execute(_SQL_CURRENT, (key,)).fetchone()
-        prev = None if row is None else KeyValue(key, row[3], row[1], row[0] >> _SUB_BITS, row[2])
+        row = conn.execute(SQL_CURRENT, (key,)).fetchone()
+        prev = None if row is None else KeyValue(key, row[3], row[1], row[0] >> SUB_BITS, row[2])
         if create and prev is not None:
             return self._fail(KeyExists(f"key {key!r} already exists"))
         if expected is not None and (0 if prev is None else prev.mod_revision) != expected:
@@ -671,14 +421,14 @@ class MVCCStore:
                 )
             )
         rev = self._rev + 1
-        kv = _write_put(conn, key, value, prev, rev, rev << _SUB_BITS)
+        kv = write_put(conn, key, value, prev, rev, rev << SUB_BITS)
         self._rev = rev
         self._logical += delta
         events.append(Event(EventType.PUT, kv, prev))
         return WriteResult(rev, kv, prev)
 
     def _delete(self, key: Any, expected: int | None, events: list[Event]) -> WriteResult:
-        _key_bytes(key)
+        key_bytes(key)
         prev = self._current(key)
         if prev is None:
             return self._fail(KeyNotFound(f"key {key!r} does not exist"))
@@ -689,7 +439,7 @@ class MVCCStore:
                 )
             )
         rev = self._rev + 1
-        self._write_tombstone(key, rev << _SUB_BITS)
+        self._write_tombstone(key, rev << SUB_BITS)
         self._rev = rev
         events.append(Event(EventType.DELETE, KeyValue(key, b"", 0, rev, 0), prev))
         return WriteResult(rev, None, prev)
@@ -697,59 +447,59 @@ class MVCCStore:
     def _write_tombstone(self, key: str, hid: int) -> None:
         # logical_bytes: +len(key) for the tombstone row, -len(key) for the kv row: unchanged.
         conn = self._db()
-        conn.execute(_SQL_HISTORY_INSERT, (hid, key, _DELETE, 0, 0, b""))
-        conn.execute(_SQL_KV_DELETE, (key,))
+        conn.execute(SQL_HISTORY_INSERT, (hid, key, DELETE, 0, 0, b""))
+        conn.execute(SQL_KV_DELETE, (key,))
 
     @staticmethod
     def _parse_ops(what: str, raw: Any) -> list[tuple[str, str, Any]]:
         if not isinstance(raw, list):
-            raise _Invalid(InvalidRequest(f"txn {what} must be an array"))
+            raise Invalid(InvalidRequest(f"txn {what} must be an array"))
         if len(raw) > MAX_TXN_OPS:
-            raise _Invalid(TooLarge(f"txn {what} has {len(raw)} ops, over {MAX_TXN_OPS}"))
+            raise Invalid(TooLarge(f"txn {what} has {len(raw)} ops, over {MAX_TXN_OPS}"))
         ops: list[tuple[str, str, Any]] = []
         written: set[str] = set()
         for o in raw:
             if not isinstance(o, list) or not o:
-                raise _Invalid(InvalidRequest(f"txn {what} op must be a non-empty array"))
+                raise Invalid(InvalidRequest(f"txn {what} op must be a non-empty array"))
             kind = o[0]
             if kind == "get" and len(o) == 2:
-                _key_bytes(o[1])
+                key_bytes(o[1])
                 ops.append(("get", o[1], None))
                 continue
             if kind == "put" and len(o) == 3:
-                _key_bytes(o[1])
-                _check_value(o[1], o[2])
+                key_bytes(o[1])
+                check_value(o[1], o[2])
             elif kind == "delete" and len(o) == 2:
-                _key_bytes(o[1])
+                key_bytes(o[1])
             else:
-                raise _Invalid(InvalidRequest(f"txn {what} op {o!r:.80} is malformed"))
+                raise Invalid(InvalidRequest(f"txn {what} op {o!r:.80} is malformed"))
             if o[1] in written:
-                raise _Invalid(InvalidRequest(f"txn {what} writes key {o[1]!r} twice"))
+                raise Invalid(InvalidRequest(f"txn {what} writes key {o[1]!r} twice"))
             written.add(o[1])
             ops.append((kind, o[1], o[2] if kind == "put" else None))
         return ops
 
     def _txn(self, cmd: list[Any], events: list[Event]) -> TxnResult:
         if len(cmd) != 4 or not isinstance(cmd[1], list):
-            raise _Invalid(InvalidRequest("txn takes [compares, success ops, failure ops]"))
+            raise Invalid(InvalidRequest("txn takes [compares, success ops, failure ops]"))
         if len(cmd[1]) > MAX_TXN_OPS:
-            raise _Invalid(TooLarge(f"txn has {len(cmd[1])} compares, over {MAX_TXN_OPS}"))
+            raise Invalid(TooLarge(f"txn has {len(cmd[1])} compares, over {MAX_TXN_OPS}"))
         compares: list[tuple[str, str, str, Any]] = []
         for c in cmd[1]:
             if not isinstance(c, list) or len(c) != 4:
-                raise _Invalid(InvalidRequest("txn compare must be [key, target, op, operand]"))
+                raise Invalid(InvalidRequest("txn compare must be [key, target, op, operand]"))
             key, target, op, operand = c
-            _key_bytes(key)
-            if op not in _COMPARE_OPS:
-                raise _Invalid(InvalidRequest(f"txn compare op {op!r:.20} is not = != < >"))
-            if target in _INT_TARGETS:
+            key_bytes(key)
+            if op not in COMPARE_OPS:
+                raise Invalid(InvalidRequest(f"txn compare op {op!r:.20} is not = != < >"))
+            if target in INT_TARGETS:
                 if isinstance(operand, bool) or not isinstance(operand, int):
-                    raise _Invalid(InvalidRequest(f"txn compare on {target} needs an integer"))
+                    raise Invalid(InvalidRequest(f"txn compare on {target} needs an integer"))
             elif target == CompareTarget.VALUE:
                 if operand is not None and not isinstance(operand, bytes):
-                    raise _Invalid(InvalidRequest("txn compare on value needs bytes or nil"))
+                    raise Invalid(InvalidRequest("txn compare on value needs bytes or nil"))
             else:
-                raise _Invalid(InvalidRequest(f"txn compare target {target!r:.20} is unknown"))
+                raise Invalid(InvalidRequest(f"txn compare target {target!r:.20} is unknown"))
             compares.append((key, target, op, operand))
         success = self._parse_ops("success", cmd[2])
         failure = self._parse_ops("failure", cmd[3])
@@ -761,7 +511,7 @@ class MVCCStore:
                 state[key] = self._current(key)
             return state[key]
 
-        succeeded = all(_compare(current(k), t, o, v) for k, t, o, v in compares)
+        succeeded = all(compare(current(k), t, o, v) for k, t, o, v in compares)
         ops = success if succeeded else failure
         # Writes that change something, with their predecessors (each key at most once).
         changes: dict[str, KeyValue | None] = {}
@@ -797,11 +547,11 @@ class MVCCStore:
                 continue  # delete of a missing key: nothing to do
             elif kind == "put":
                 prev = changes[key]
-                kv = _write_put(conn, key, value, prev, rev, rev << _SUB_BITS | subs[key])
+                kv = write_put(conn, key, value, prev, rev, rev << SUB_BITS | subs[key])
                 state[key] = kv
                 new_events.append(Event(EventType.PUT, kv, prev))
             else:
-                self._write_tombstone(key, rev << _SUB_BITS | subs[key])
+                self._write_tombstone(key, rev << SUB_BITS | subs[key])
                 state[key] = None
                 new_events.append(
                     Event(EventType.DELETE, KeyValue(key, b"", 0, rev, 0), changes[key])
@@ -814,7 +564,7 @@ class MVCCStore:
 
     def _compact_to(self, target: int | None) -> WriteResult:
         if target is None:
-            raise _Invalid(InvalidRequest("compact takes a revision"))
+            raise Invalid(InvalidRequest("compact takes a revision"))
         if target <= self._compact:
             return self._fail(
                 Compacted(
@@ -827,9 +577,9 @@ class MVCCStore:
                 FutureRevision(f"cannot compact to revision {target}: the store is at {self._rev}")
             )
         conn = self._db()
-        window = ((self._compact + 1) << _SUB_BITS, (target + 1) << _SUB_BITS)
-        freed = int(conn.execute(_SQL_COMPACT_BYTES, window).fetchone()[0])
-        conn.execute(_SQL_COMPACT_DELETE, window)
+        window = ((self._compact + 1) << SUB_BITS, (target + 1) << SUB_BITS)
+        freed = int(conn.execute(SQL_COMPACT_BYTES, window).fetchone()[0])
+        conn.execute(SQL_COMPACT_DELETE, window)
         self._logical -= freed
         self._compact = target
         self._compacted = True
@@ -856,14 +606,14 @@ class MVCCStore:
 
         Raises Compacted below the compact revision, FutureRevision above the current one.
         """
-        _check_text("key", key)
+        check_text("key", key)
         rev = self._read_revision(revision)
         if rev == self._rev:
             return self._current(key)
-        row = self._db().execute(_SQL_GET_AT, (key, (rev + 1) << _SUB_BITS)).fetchone()
-        if row is None or row[0] != _PUT:
+        row = self._db().execute(SQL_GET_AT, (key, (rev + 1) << SUB_BITS)).fetchone()
+        if row is None or row[0] != PUT:
             return None
-        return KeyValue(key, row[4], row[1], row[2] >> _SUB_BITS, row[3])
+        return KeyValue(key, row[4], row[1], row[2] >> SUB_BITS, row[3])
 
     def range(
         self,
@@ -885,23 +635,21 @@ class MVCCStore:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise InvalidRequest(f"limit must be a non-negative integer, got {limit!r}")
         rev = self._read_revision(revision)
-        lower, upper = _bounds(prefix, start_after)
+        lower, upper = bounds(prefix, start_after)
         conn = self._db()
         current = rev == self._rev
-        args: tuple[Any, ...] = (
-            (lower, upper) if current else (lower, upper, (rev + 1) << _SUB_BITS)
-        )
-        count_sql = _SQL_COUNT if current else _SQL_COUNT_AT
+        args: tuple[Any, ...] = (lower, upper) if current else (lower, upper, (rev + 1) << SUB_BITS)
+        count_sql = SQL_COUNT if current else SQL_COUNT_AT
         if count_only:
             count = int(conn.execute(count_sql, args).fetchone()[0])
             return RangeResult([], rev, False, count)
         rows = conn.execute(
-            _SQL_RANGE if current else _SQL_RANGE_AT, (*args, limit + 1 if limit else _NO_LIMIT)
+            SQL_RANGE if current else SQL_RANGE_AT, (*args, limit + 1 if limit else NO_LIMIT)
         ).fetchall()
         more = bool(limit) and len(rows) > limit
         if more:
             del rows[limit:]
-        kvs = [KeyValue(r[0], r[1], r[2], r[3] >> _SUB_BITS, r[4]) for r in rows]
+        kvs = [KeyValue(r[0], r[1], r[2], r[3] >> SUB_BITS, r[4]) for r in rows]
         count = int(conn.execute(count_sql, args).fetchone()[0]) if more else len(kvs)
         return RangeResult(kvs, rev, more, count)
 
@@ -925,68 +673,37 @@ class MVCCStore:
                 f" {self._compact}): re-list and watch from a later revision",
                 self._compact,
             )
-        lower, upper = _bounds(prefix, "")
-        if self._ring_size and revision >= self._ring_floor:
-            ring = self._ring
-            start = bisect.bisect_left(ring, revision, key=lambda ev: ev.kv.mod_revision)
-            return _take_whole_revisions(
-                (ev for ev in ring[start:] if ev.kv.key.startswith(prefix)), limit
-            )
+        lower, upper = bounds(prefix, "")
+        if self._ring.covers(revision):
+            return self._ring.since(revision, prefix, limit)
         # A revision has at most MAX_TXN_OPS events: limit + MAX_TXN_OPS rows always reach
         # the end of the revision that straddles the limit.
         rows = (
             self._db()
             .execute(
-                _SQL_EVENTS,
+                SQL_EVENTS,
                 (
-                    max(revision, 0) << _SUB_BITS,
+                    max(revision, 0) << SUB_BITS,
                     lower,
                     upper,
-                    limit + MAX_TXN_OPS if limit else _NO_LIMIT,
+                    limit + MAX_TXN_OPS if limit else NO_LIMIT,
                 ),
             )
             .fetchall()
         )
         events = []
         for hid, key, kind, create, version, value, ptype, pcreate, pid, pversion, pvalue in rows:
-            rev = hid >> _SUB_BITS
+            rev = hid >> SUB_BITS
             prev = (
-                None
-                if ptype != _PUT
-                else KeyValue(key, pvalue, pcreate, pid >> _SUB_BITS, pversion)
+                None if ptype != PUT else KeyValue(key, pvalue, pcreate, pid >> SUB_BITS, pversion)
             )
-            if kind == _PUT:
+            if kind == PUT:
                 events.append(
                     Event(EventType.PUT, KeyValue(key, value, create, rev, version), prev)
                 )
             else:
                 events.append(Event(EventType.DELETE, KeyValue(key, b"", 0, rev, 0), prev))
-        return _take_whole_revisions(events, limit)
-
-    def _ring_extend(self, events: list[Event]) -> None:
-        """Append to the ring; past 2x its event count or its byte budget, drop the oldest
-        events in bulk (amortized O(1) per event) down to 1x / half the budget."""
-        if not self._ring_size:
-            return
-        ring = self._ring
-        ring.extend(events)
-        self._ring_bytes += sum(_event_bytes(ev) for ev in events)
-        if len(ring) <= 2 * self._ring_size and self._ring_bytes <= _RING_MAX_BYTES:
-            return
-        cut = max(0, len(ring) - self._ring_size)
-        dropped = sum(_event_bytes(ev) for ev in ring[:cut])
-        while cut < len(ring) and self._ring_bytes - dropped > _RING_MAX_BYTES // 2:
-            dropped += _event_bytes(ring[cut])
-            cut += 1
-        if cut:
-            self._ring_floor = ring[cut - 1].kv.mod_revision + 1
-            del ring[:cut]
-            self._ring_bytes -= dropped
-
-    def take_events(self) -> list[Event]:
-        """The events of the writes applied since the last call, in order; clears them."""
-        events, self._pending = self._pending, []
-        return events
+        return take_whole_revisions(events, limit)
 
     @property
     def path(self) -> str:
@@ -1004,7 +721,7 @@ class MVCCStore:
         return self._logical
 
     def status(self) -> StoreStatus:
-        keys = int(self._db().execute(_SQL_KV_COUNT).fetchone()[0])
+        keys = int(self._db().execute(SQL_KV_COUNT).fetchone()[0])
         return StoreStatus(
             revision=self._rev,
             compact_revision=self._compact,
@@ -1029,12 +746,8 @@ class MVCCStore:
         self.commit()
         if _file_size(self._path + "-wal") <= max_wal_bytes:
             return False
-        self._db().execute(_SQL_CHECKPOINT)
+        self._db().execute(SQL_CHECKPOINT)
         return True
-
-
-def _event_bytes(ev: Event) -> int:
-    return len(ev.kv.key) + len(ev.kv.value) + (0 if ev.prev_kv is None else len(ev.prev_kv.value))
 
 
 def _file_size(path: str) -> int:
@@ -1046,4 +759,4 @@ def _file_size(path: str) -> int:
 
 if TYPE_CHECKING:
     # Static proof that the class satisfies the protocol the driver programs against.
-    _check: type[StateMachine] = MVCCStore
+    _check: type[StateMachine[Event]] = MVCCStore

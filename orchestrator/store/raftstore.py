@@ -12,11 +12,8 @@ each). A read is still issued only after its own barrier, so it sees at least th
 must. A local `get` of a recently written key needs no database at all: the values the last
 applied writes left (`RECENT_BYTES` of them) are kept from the apply events, so the API
 server's update loop, which reads the object it is about to replace locally first, skips the
-thread hand-off for the objects that are being worked on. A local `get` that had to read the
-database adds what it found to those values when no write was applied after its read (the
-database's revision at the read is the newest revision the apply events have shown): a key
-read often and written rarely (the Namespace every create checks) is read from the database
-once, not every time.
+thread hand-off for the objects that are being worked on (`recent.RecentValues`, which also
+keeps what local database reads found).
 
 Invariants: a request that cannot reach a quorum fails with `NoQuorum` after `quorum_timeout`
 instead of hanging; a retry happens only when the earlier attempt certainly had no effect (no
@@ -31,32 +28,34 @@ import itertools
 import logging
 import math
 import time
-from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
 
-from orchestrator.observability import RAFT_PROPOSALS_FAILED
+from orchestrator.observability import RAFT_PROPOSALS_FAILED, bind_store
 from orchestrator.raft.node import (
     Busy,
-    CallbackWaiter,
     Deposed,
+    NodeConfig,
     NotLeader,
     OutcomeUnknown,
     ProposalLost,
     RaftNode,
     ReadAborted,
 )
+from orchestrator.raft.waiters import CallbackWaiter
 from orchestrator.store.api import ListResult, decode_continue, encode_continue
 from orchestrator.store.fencing import Fenced, current_fence
 from orchestrator.store.mvcc import MVCCStore
+from orchestrator.store.recent import UNKNOWN, RecentValues
 from orchestrator.store.types import (
     Compacted,
     Compare,
     Event,
-    EventType,
     KeyValue,
     NoQuorum,
     StoreError,
@@ -76,11 +75,6 @@ from orchestrator.store.watch import Watcher, WatchHub
 log = logging.getLogger("orchestrator.store")
 
 T = TypeVar("T")
-
-# The recently written values kept for local reads (see the module doc): a few thousand objects.
-RECENT_BYTES = 8 * 1024 * 1024
-RECENT_KEYS = 16384
-_UNKNOWN = object()  # a key the recent values do not know
 
 
 class _Expired(Exception):
@@ -199,18 +193,27 @@ class _History:
 
 
 class RaftStore:
+    """The `Store` over its own Raft node (made here, with this store's observers: it is
+    complete once constructed). `open_store(data_dir)` opens the MVCC store, the node's state
+    machine; `run()` starts the node, which opens it."""
+
     def __init__(
         self,
-        node: RaftNode,
+        cfg: NodeConfig,
+        open_store: Callable[[Path], MVCCStore],
         *,
         quorum_timeout: float = 5.0,
         compaction: CompactionPolicy | None = None,
         checkpoint_interval: float = 30.0,
     ) -> None:
-        self.node = node
+        self._open_store = open_store
+        self.node = RaftNode(
+            cfg, self._open, on_apply=self._on_apply, on_snapshot=self._on_snapshot
+        )
         self.quorum_timeout = quorum_timeout
         self.compaction = compaction or CompactionPolicy()
         self.checkpoint_interval = checkpoint_interval
+        # Both set by `_open`, which the node calls when it starts, before its first apply.
         self.mvcc: MVCCStore
         self.hub: WatchHub
         self._nursery: trio.Nursery | None = None
@@ -220,72 +223,31 @@ class RaftStore:
         self._deadline_seq = itertools.count()
         self._sweep = trio.CancelScope()  # the `_expire` task's current sleep
         self._reads: trio.MemorySendChannel[_Read] | None = None  # while `_reader` runs
-        # key -> its live value after the latest applied write to it (None: deleted), oldest
-        # write first; bounded by the bytes of the values (`_remember`).
-        self._recent: OrderedDict[str, KeyValue | None] = OrderedDict()
-        self._recent_bytes = 0
-        # The revision of the newest event `_remember` saw; None until one after a snapshot.
-        self._remembered_rev: int | None = None
-        node.on_apply = self._on_apply
-        node.on_snapshot = self._on_snapshot
+        self.recent = RecentValues()  # recently written keys' live values (store/recent.py)
 
-    def _remember(self, events: list[Event]) -> None:
-        recent = self._recent
-        size = self._recent_bytes
-        for ev in events:
-            kv = ev.kv
-            old = recent.pop(kv.key, None)
-            if old is not None:
-                size -= len(old.value)
-            if ev.type is EventType.PUT:
-                recent[kv.key] = kv
-                size += len(kv.value)
-            else:
-                recent[kv.key] = None
-        if events:
-            self._remembered_rev = events[-1].kv.mod_revision
-        self._recent_bytes = self._trim_recent(size)
+    def _open(self, data_dir: Path) -> MVCCStore:
+        """The node's state machine factory (on the state machine's thread, before the node's
+        loop starts: nothing else runs yet): open the store and the watch hub over it, which
+        starts at the store's revision, so it exists before the first applied batch."""
+        mvcc = self._open_store(data_dir)
+        self.mvcc = mvcc
+        self.hub = WatchHub(_History(self.node, mvcc))
+        return mvcc
 
-    def _remember_read(self, key: str, kv: KeyValue | None, revision: int) -> None:
-        """Add what a database read of `key` at `revision` found, if it is still the key's live
-        value: the apply events have shown nothing after `revision` (and, then, nothing about
-        `key` since the read either, or it would not have been read)."""
-        if revision != self._remembered_rev or key in self._recent:
-            return
-        self._recent[key] = kv
-        self._recent_bytes = self._trim_recent(
-            self._recent_bytes + (0 if kv is None else len(kv.value))
-        )
-
-    def _trim_recent(self, size: int) -> int:
-        """Drop the oldest values until `size` (the values' bytes) and the count are in bounds."""
-        recent = self._recent
-        while size > RECENT_BYTES or len(recent) > RECENT_KEYS:
-            old = recent.popitem(last=False)[1]
-            if old is not None:
-                size -= len(old.value)
-        return size
-
-    def _on_apply(self) -> None:
-        hub = getattr(self, "hub", None)
-        events = self.node.sm.take_events()  # type: ignore[attr-defined]  # an MVCCStore
-        self._remember(events)
-        if hub is not None:
-            try:
-                hub.publish(events, self.mvcc.revision())
-            except ValueError:
-                log.exception("watch hub out of step with the store; restarting watches")
-                self._new_hub("watch restarted by the server: watch again from your revision")
+    def _on_apply(self, events: Sequence[Event]) -> None:
+        """The node applied a batch whose writes made `events`."""
+        self.recent.remember(events)
+        try:
+            self.hub.publish(events, self.mvcc.revision())
+        except ValueError:
+            log.exception("watch hub out of step with the store; restarting watches")
+            self._new_hub("watch restarted by the server: watch again from your revision")
 
     def _on_snapshot(self) -> None:
         # The store jumped to the snapshot's revision without events: watchers must catch up
         # from the durable history, which a fresh hub makes them do (their clients resume).
-        self.node.sm.take_events()  # type: ignore[attr-defined]
-        self._recent.clear()
-        self._recent_bytes = 0
-        self._remembered_rev = None  # the revision jumped without events
-        if getattr(self, "hub", None) is not None:
-            self._new_hub("server caught up by snapshot: watch again from your revision")
+        self.recent.clear()  # the revision jumped without events
+        self._new_hub("server caught up by snapshot: watch again from your revision")
 
     def _new_hub(self, reason: str) -> None:
         old, self.hub = self.hub, WatchHub(_History(self.node, self.mvcc))
@@ -295,11 +257,8 @@ class RaftStore:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            await nursery.start(self.node.run)
-            sm = self.node.sm
-            assert isinstance(sm, MVCCStore)
-            self.mvcc = sm
-            self.hub = WatchHub(_History(self.node, sm))
+            await nursery.start(self.node.run)  # opens the store (`_open`)
+            bind_store(self.mvcc)
             self._nursery = nursery
             await nursery.start(self.hub.run)
             await nursery.start(self._reader)
@@ -496,14 +455,14 @@ class RaftStore:
         self, key: str, *, revision: int = 0, linearizable: bool = True
     ) -> KeyValue | None:
         if not linearizable and not revision:
-            recent = self._recent.get(key, _UNKNOWN)
-            if recent is not _UNKNOWN:
+            recent = self.recent.get(key)
+            if recent is not UNKNOWN:
                 # Cancellable like any read, but no yield: a task switch per local read was
                 # a measurable share of the update loop, which yields at its write anyway.
                 await trio.lowlevel.checkpoint_if_cancelled()
                 return recent  # type: ignore[return-value]
             kv, at = await self._read(False, self._get_at_revision, key)
-            self._remember_read(key, kv, at)
+            self.recent.remember_read(key, kv, at)
             return kv
         return await self._read(linearizable, self.mvcc.get, key, revision)
 

@@ -56,6 +56,7 @@ import msgpack
 import trio
 
 from orchestrator.raft.framing import FrameDecoder, FramingError, encode_frame
+from orchestrator.raft.membership import add_learner_change, promote_change, remove_change
 from orchestrator.raft.node import (
     Busy,
     InvalidRequest,
@@ -64,13 +65,10 @@ from orchestrator.raft.node import (
     ProposalLost,
     RaftNode,
     ReadAborted,
-    add_learner_change,
     parse_addr,
-    promote_change,
-    remove_change,
 )
 from orchestrator.raft.transport import flush_tls_alert
-from orchestrator.store.mvcc import SCHEMA_VERSION
+from orchestrator.store.mvcc_sql import SCHEMA_VERSION
 from orchestrator.store.raftstore import RaftStore
 from orchestrator.store.types import (
     Compacted,
@@ -543,16 +541,17 @@ class ClientService:
             return index, image, mvcc.revision(), mvcc.compact_revision()
 
         index, image, revision, compact = await self.node.read_state_machine(take)
-        core = self.node.core
+        node = self.node
+        conf = node.conf()
         meta = {
             "revision": revision,
             "compact_revision": compact,
             "applied_index": index,
-            "raft_term": core.log.term(index) or core.term,
+            "raft_term": node.term_at(index) or node.leadership()[1],
             "schema_version": SCHEMA_VERSION,
             "source_node": self.node.id,
-            "voters": sorted(core.conf.voters),
-            "learners": sorted(core.conf.learners),
+            "voters": sorted(conf.voters),
+            "learners": sorted(conf.learners),
             "image_bytes": len(image),
             "image_sha256": hashlib.sha256(image).hexdigest(),
         }
@@ -653,14 +652,14 @@ class ClientService:
                 parse_addr(addr)
             except ValueError as exc:
                 raise BadRequest(str(exc)) from exc
-            if nid in node.core.conf.members():
+            if nid in node.conf().members():
                 return True  # already a member (a retried join)
             await node.change_membership(add_learner_change(nid, addr, auto_promote=True))
             return True
         if op == "faults":
             return self._faults(args)
         if op == "status":
-            st = node.status()
+            st = node.status().to_wire()
             ss = await store.status()
             st.update(
                 revision=ss.revision,
@@ -682,7 +681,7 @@ class ClientService:
             return True
         if op == "promote":
             nid = _int(args[0], "node id")
-            if nid not in node.core.conf.learners:
+            if nid not in node.conf().learners:
                 raise BadRequest(f"node {nid} is not a learner: add it with add_learner first")
             await node.change_membership(promote_change(nid))
             return True

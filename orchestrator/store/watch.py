@@ -73,6 +73,7 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, final
@@ -437,7 +438,7 @@ class WatchHub:
             self._reg.unsynced[w] = None
         return w
 
-    def publish(self, events: list[Event], revision: int) -> None:
+    def publish(self, events: Sequence[Event], revision: int) -> None:
         """Record an applied batch and hand its events to the matching live watchers.
 
         `events` in revision order, all above the previous revision and at most `revision`

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import msgpack
 
+from orchestrator.raft.statemachine import Applied
 from orchestrator.raft.types import Entry, EntryType
 from orchestrator.store import types as st
 from orchestrator.store.mvcc import MVCCStore
@@ -34,7 +35,9 @@ class SimStateMachine(Protocol):
         """Crash: forget everything not durable."""
 
     def applied_index(self) -> int: ...
-    def apply(self, entries: list[Entry]) -> list[object]: ...
+    def apply(self, entries: list[Entry]) -> Applied[st.Event]:
+        """As `raft.statemachine.StateMachine.apply`: results and the writes' events."""
+
     def snapshot(self) -> tuple[int, bytes]: ...
     def restore(self, index: int, data: bytes) -> None: ...
     def read(self, key: str) -> bytes | None: ...
@@ -46,7 +49,6 @@ class SimStateMachine(Protocol):
     def output(self, kind: str, result: object) -> object:
         """The client-visible output of an applied command, as the checker models it."""
 
-    def take_events(self) -> list[st.Event]: ...
     def events_since(self, revision: int) -> list[st.Event]: ...
 
     def revision(self) -> int:
@@ -77,7 +79,7 @@ class MemoryKV:
     def applied_index(self) -> int:
         return self.applied
 
-    def apply(self, entries: list[Entry]) -> list[object]:
+    def apply(self, entries: list[Entry]) -> Applied[st.Event]:
         out: list[object] = []
         for e in entries:
             if e.index <= self.applied:
@@ -89,7 +91,7 @@ class MemoryKV:
             out.append(self._exec(e.data) if e.type is EntryType.NORMAL and e.data else None)
         # Like SQLite: the applied index commits with the change.
         self._durable = (dict(self.data), self.applied)
-        return out
+        return Applied(out)
 
     def _exec(self, data: bytes) -> object:
         op, key, a, b = msgpack.unpackb(data)
@@ -123,9 +125,6 @@ class MemoryKV:
 
     def output(self, kind: str, result: object) -> object:
         return result
-
-    def take_events(self) -> list[st.Event]:
-        return []
 
     def events_since(self, revision: int) -> list[st.Event]:
         return []
@@ -166,7 +165,7 @@ class MVCCMachine:
     def applied_index(self) -> int:
         return self._s().applied_index()
 
-    def apply(self, entries: list[Entry]) -> list[object]:
+    def apply(self, entries: list[Entry]) -> Applied[st.Event]:
         return self._s().apply(entries)
 
     def snapshot(self) -> tuple[int, bytes]:
@@ -212,9 +211,6 @@ class MVCCMachine:
         if not isinstance(result, st.TxnResult) or result.error is not None:
             raise AssertionError(f"cas failed: {result!r}")
         return result.succeeded
-
-    def take_events(self) -> list[st.Event]:
-        return self._s().take_events()
 
     def events_since(self, revision: int) -> list[st.Event]:
         return self._s().events_since(revision)

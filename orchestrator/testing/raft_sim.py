@@ -187,7 +187,7 @@ class SimNode:
         if rd.snapshot is not None:
             meta = rd.snapshot.meta
             self.sm.restore(meta.index, rd.snapshot.data)
-            self.sm.take_events()  # a restore produces no events; watchers resume from history
+            # A restore produces no events; watchers resume from history.
             self.sim.watchers_resync(self)
             self.last_snapshot_index = meta.index
             sim.check_snapshot(self, meta.index, self.sm.digest())
@@ -210,9 +210,9 @@ class SimNode:
                 else:
                     eids.append(None)
                 entries.append(e)
-            results = self.sm.apply(entries)
-            sim.check_events(self, self.sm.take_events())
-            for e, res, fwd_id in zip(rd.committed, results, eids, strict=True):
+            applied = self.sm.apply(entries)
+            sim.check_events(self, list(applied.events))
+            for e, res, fwd_id in zip(rd.committed, applied.results, eids, strict=True):
                 sim.check_applied(self, e)
                 p = self.pending.pop(e.index, None)
                 if p is not None:

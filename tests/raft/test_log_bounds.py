@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from orchestrator.raft.node import NodeConfig, RaftNode
+from orchestrator.raft.node import NodeConfig
 from orchestrator.server import open_store
 from orchestrator.store.raftstore import RaftStore
 
@@ -24,7 +24,7 @@ async def test_snapshot_after_enough_bytes_and_a_tail_bounded_in_bytes(tmp_path:
         snapshot_every_bytes=64 * 1024,
         keep_tail_bytes=16 * 1024,
     )
-    store = RaftStore(RaftNode(cfg, lambda d: open_store(d, quota_bytes=2**30)))
+    store = RaftStore(cfg, lambda d: open_store(d, quota_bytes=2**30))
     value = b"x" * 4096
     async with trio.open_nursery() as nursery:
         await nursery.start(store.run)

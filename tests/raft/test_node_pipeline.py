@@ -25,8 +25,10 @@ import trio
 from harness import Cluster
 
 from orchestrator.raft.core import RaftCore
-from orchestrator.raft.node import _ENVELOPE, NodeConfig, RaftNode, _Waiter
+from orchestrator.raft.node import _ENVELOPE, NodeConfig, RaftNode
+from orchestrator.raft.statemachine import Applied
 from orchestrator.raft.types import Entry, HardState, Message, MsgType, Ready, Snapshot
+from orchestrator.raft.waiters import Waiter
 
 GATE_SECONDS = 10.0  # a gate opens by itself after this, so a broken order fails, not hangs
 
@@ -61,11 +63,11 @@ class Recorder:
         self.log.append(("saved", [e.index for e in entries]))
 
     # StateMachine
-    def apply(self, entries: Sequence[Entry]) -> list[object]:
+    def apply(self, entries: Sequence[Entry]) -> Applied[object]:
         self.log.append(("apply", [e.index for e in entries]))
         self.apply_gate.wait(GATE_SECONDS)
         self.log.append(("applied", [e.index for e in entries]))
-        return [None] * len(entries)
+        return Applied([None] * len(entries))
 
     # PeerTransport
     def send(self, m: Message) -> None:
@@ -148,7 +150,7 @@ async def test_a_leader_answers_while_its_new_entries_are_persisted(tmp_path: Pa
 
     rec = Recorder(hold_save=True)
     node = driver(core, tmp_path, rec)
-    waiter = _Waiter()
+    waiter = Waiter()
     node._waiters[rid] = waiter
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:

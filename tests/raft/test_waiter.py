@@ -1,4 +1,4 @@
-"""`_Waiter` (orchestrator/raft/node.py): a request's outcome, set once, awaited by one task,
+"""`Waiter` (orchestrator/raft/node.py): a request's outcome, set once, awaited by one task,
 on trio's low-level parking. Deterministic: trio's MockClock (autojump)."""
 
 from __future__ import annotations
@@ -7,19 +7,19 @@ import pytest
 import trio
 import trio.testing
 
-from orchestrator.raft.node import _Waiter
+from orchestrator.raft.waiters import Waiter
 
 
 async def test_a_value_set_before_or_after_the_wait_is_returned_once_set(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    early = _Waiter()
+    early = Waiter()
     early.set(1)
     early.set(2)  # later outcomes are ignored
     early.fail(KeyError("late"))
     assert await early.wait() == 1
 
-    late = _Waiter()
+    late = Waiter()
     got: list[object] = []
 
     async def waiting() -> None:
@@ -36,7 +36,7 @@ async def test_a_value_set_before_or_after_the_wait_is_returned_once_set(
 
 
 async def test_a_failure_is_raised(autojump_clock: trio.testing.MockClock) -> None:
-    w = _Waiter()
+    w = Waiter()
 
     async def fail_soon() -> None:
         await trio.sleep(1)
@@ -51,7 +51,7 @@ async def test_a_failure_is_raised(autojump_clock: trio.testing.MockClock) -> No
 async def test_a_cancelled_wait_ends_and_a_later_outcome_reaches_the_next_wait(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    w = _Waiter()
+    w = Waiter()
     with trio.move_on_after(5) as scope:
         await w.wait()
     assert scope.cancelled_caught
@@ -60,7 +60,7 @@ async def test_a_cancelled_wait_ends_and_a_later_outcome_reaches_the_next_wait(
 
 
 async def test_a_set_waiter_still_checkpoints() -> None:
-    w = _Waiter()
+    w = Waiter()
     w.set(None)
     with trio.CancelScope() as scope:
         scope.cancel()

@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from orchestrator.raft.statemachine import StateMachine
 from orchestrator.raft.types import ConfChange, ConfChangeType, Entry, EntryType
-from orchestrator.store import mvcc
+from orchestrator.store import mvcc, mvcc_ring
 from orchestrator.store.mvcc import MVCCStore
 from orchestrator.store.types import (
     MAX_KEY_BYTES,
@@ -56,6 +56,25 @@ KiB = 1024
 MiB = 1024 * KiB
 
 
+class RecordingStore(MVCCStore):
+    """The store as these tests drive it: `apply` gives the results, and the events it returned
+    (`Applied.events`, which the Raft driver hands to the watch layer) are kept in order for
+    `take_events()`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._events: list[Event] = []
+
+    def apply(self, entries: Any) -> Any:
+        applied = super().apply(entries)
+        self._events.extend(applied.events)
+        return applied.results
+
+    def take_events(self) -> list[Event]:
+        events, self._events = self._events, []
+        return events
+
+
 class Node:
     """A store plus the next log index: `apply(*commands)` wraps them in consecutive entries."""
 
@@ -65,7 +84,7 @@ class Node:
         # file through a second connection, sees each apply's effect at once.
         kwargs.setdefault("commit_interval", 0.0)
         self.kwargs = kwargs
-        self.store = MVCCStore(path, **kwargs)
+        self.store = RecordingStore(path, **kwargs)
         self.index = self.store.applied_index()
 
     def apply(self, *commands: bytes) -> list[Any]:
@@ -80,7 +99,7 @@ class Node:
 
     def reopen(self) -> None:
         self.store.close()
-        self.store = MVCCStore(self.path, **self.kwargs)
+        self.store = RecordingStore(self.path, **self.kwargs)
         assert self.store.applied_index() == self.index
 
     def close(self) -> None:
@@ -154,6 +173,28 @@ def test_create_put_delete_revisions_versions_and_recreate(node: Node) -> None:
         Event(EventType.PUT, kv("a", b"3", 6, 6, 1)),
     ]
     assert s.take_events() == []
+
+
+def test_apply_returns_the_events_of_its_writes(tmp_path: Path) -> None:
+    store = MVCCStore(tmp_path / "store.db")
+    try:
+        applied = store.apply(
+            [
+                Entry(1, 1, EntryType.NORMAL, encode_put("a", b"1")),
+                Entry(1, 2, EntryType.NORMAL, encode_delete("missing")),
+                Entry(1, 3, EntryType.NORMAL, encode_delete("a")),
+            ]
+        )
+        assert applied.results[0] == WriteResult(2, kv("a", b"1", 2, 2, 1))
+        assert list(applied.events) == [
+            Event(EventType.PUT, kv("a", b"1", 2, 2, 1)),
+            Event(EventType.DELETE, kv("a", b"", 0, 3, 0), kv("a", b"1", 2, 2, 1)),
+        ]
+        replayed = store.apply([Entry(1, 3, EntryType.NORMAL, encode_delete("a"))])
+        assert replayed.results == [None]
+        assert not replayed.events  # a skipped entry reports nothing twice
+    finally:
+        store.close()
 
 
 def test_cas_and_missing_key_errors(node: Node) -> None:
@@ -592,17 +633,17 @@ def test_event_ring_and_sqlite_agree(tmp_path: Path) -> None:
 def test_event_ring_respects_its_byte_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mvcc, "_RING_MAX_BYTES", 1000)
+    monkeypatch.setattr(mvcc_ring, "RING_MAX_BYTES", 1000)
     ring = Node(tmp_path / "ring.db", history_ring=1000)
     plain = Node(tmp_path / "plain.db", history_ring=0)
     try:
         for i in range(30):
             cmd = encode_put(f"k{i % 4}", bytes([i]) * 100)
             assert ring.one(cmd) == plain.one(cmd)
-            assert ring.store._ring_bytes <= 1000
+            assert ring.store._ring.bytes <= 1000
             for rev in range(1, ring.store.revision() + 2):
                 assert ring.store.events_since(rev, "", 0) == plain.store.events_since(rev, "", 0)
-        assert 2 < len(ring.store._ring) < 10
+        assert 2 < len(ring.store._ring.events) < 10
     finally:
         ring.close()
         plain.close()
@@ -793,7 +834,7 @@ def test_a_crash_loses_the_open_transaction_and_the_replay_applies_it_once(
         n.store.commit()
         assert n.store.apply(entries[2:]) == expected[2:]
         crash(n)
-        n.store = MVCCStore(n.path, commit_interval=NEVER)
+        n.store = RecordingStore(n.path, commit_interval=NEVER)
         assert n.store.applied_index() == 2
         assert n.store.revision() == 3
         assert n.store.apply(entries) == [None, None, *expected[2:]]
@@ -862,11 +903,12 @@ def test_snapshot_restore_round_trip_into_fresh_file(tmp_path: Path) -> None:
         index, data = src.store.snapshot()
         assert index == src.index
         dst.apply(encode_put("stale", b"gone"))  # restore replaces whatever was there
+        dst.store.take_events()
         dst.store.restore(index, data)
         dst.index = index
         assert observe(dst.store) == observe(src.store)
         assert dst.store.get("stale") is None
-        assert dst.store.take_events() == []
+        assert dst.store.take_events() == []  # a restore makes no events
         # Both continue identically, also after a reopen of the restored file (still WAL).
         dst.reopen()
         assert dst.store.status().keys == src.store.status().keys

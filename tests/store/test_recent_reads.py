@@ -1,17 +1,15 @@
-"""Local reads of recently written keys (`RaftStore._recent`): served from the apply events,
-always the key's latest applied state, bounded, dropped when a snapshot replaces the state; a
-database read is added only when no write was applied after it."""
+"""Local reads of recently written keys (`RaftStore.recent`, a `store.recent.RecentValues`):
+served from the apply events, always the key's latest applied state, bounded, dropped when a
+snapshot replaces the state; a database read is added only when no write was applied after it."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from storekit import lone_store
 
-from orchestrator.store import raftstore
-from orchestrator.store.raftstore import RaftStore
+from orchestrator.store.recent import RecentValues
 from orchestrator.store.types import Event, EventType, KeyValue
 
 
@@ -23,32 +21,26 @@ def _delete(key: str, rev: int) -> Event:
     return Event(EventType.DELETE, KeyValue(key, b"", 0, rev, 0))
 
 
-def _bare_store() -> RaftStore:
-    return RaftStore(SimpleNamespace())  # type: ignore[arg-type]  # only _remember is used
-
-
-def test_latest_write_wins_deletes_are_remembered_and_size_is_bounded(monkeypatch: Any) -> None:
-    monkeypatch.setattr(raftstore, "RECENT_BYTES", 10)
-    monkeypatch.setattr(raftstore, "RECENT_KEYS", 3)
-    s = _bare_store()
-    s._remember([_put("a", b"1", 2), _put("b", b"22", 3), _put("a", b"333", 4)])
-    assert s._recent["a"] == KeyValue("a", b"333", 4, 4, 1)
-    assert list(s._recent) == ["b", "a"]  # oldest write first
-    assert s._recent_bytes == 5
-    s._remember([_delete("b", 5)])
-    assert s._recent["b"] is None
-    assert s._recent_bytes == 3
-    s._remember([_put("c", b"4444", 6), _put("d", b"5", 7)])  # 4 keys: the oldest goes
-    assert list(s._recent) == ["b", "c", "d"]  # the delete was b's latest write
-    s._remember([_put("e", b"666666", 8)])  # 3 + 4 + 1 + 6 bytes > 10: oldest go
-    assert list(s._recent) == ["d", "e"]
-    assert s._recent_bytes == 7
+def test_latest_write_wins_deletes_are_remembered_and_size_is_bounded() -> None:
+    s = RecentValues(max_bytes=10, max_keys=3)
+    s.remember([_put("a", b"1", 2), _put("b", b"22", 3), _put("a", b"333", 4)])
+    assert s.values["a"] == KeyValue("a", b"333", 4, 4, 1)
+    assert list(s.values) == ["b", "a"]  # oldest write first
+    assert s.bytes == 5
+    s.remember([_delete("b", 5)])
+    assert s.values["b"] is None
+    assert s.bytes == 3
+    s.remember([_put("c", b"4444", 6), _put("d", b"5", 7)])  # 4 keys: the oldest goes
+    assert list(s.values) == ["b", "c", "d"]  # the delete was b's latest write
+    s.remember([_put("e", b"666666", 8)])  # 3 + 4 + 1 + 6 bytes > 10: oldest go
+    assert list(s.values) == ["d", "e"]
+    assert s.bytes == 7
 
 
 async def test_local_gets_see_every_applied_write(tmp_path: Path) -> None:
     async with lone_store(tmp_path) as store:
         first = await store.create("/k", b"v1")
-        assert "/k" in store._recent
+        assert "/k" in store.recent.values
         assert await store.get("/k", linearizable=False) == first
         second = await store.update("/k", b"v2", expected_mod_revision=first.mod_revision)
         kv = await store.get("/k", linearizable=False)
@@ -61,50 +53,47 @@ async def test_local_gets_see_every_applied_write(tmp_path: Path) -> None:
         assert await store.get("/k") is None
         # A key not written since start-up is read from the database, once: no write was
         # applied after that read, so what it found (nothing) is the key's live state.
-        assert "/other" not in store._recent
+        assert "/other" not in store.recent.values
         assert await store.get("/other", linearizable=False) is None
-        assert "/other" in store._recent
-        assert store._recent["/other"] is None
+        assert "/other" in store.recent.values
+        assert store.recent.values["/other"] is None
         made = await store.create("/other", b"x")
         assert await store.get("/other", linearizable=False) == made
         store._on_snapshot()
-        assert store._recent == {}
+        assert store.recent.values == {}
         # After a snapshot, nothing read is added until an applied write names the revision.
         assert await store.get("/other", linearizable=False) == made
-        assert store._recent == {}
+        assert store.recent.values == {}
 
 
 def test_a_database_read_is_added_only_if_no_write_was_applied_after_it() -> None:
-    s = _bare_store()
+    s = RecentValues()
     found = KeyValue("n", b"ns", 2, 2, 1)
-    s._remember_read("n", found, 2)  # nothing remembered yet: the revision is not known
-    assert "n" not in s._recent
-    s._remember([_put("a", b"1", 3)])
-    s._remember_read("n", found, 2)  # read before revision 3 was applied: maybe stale
-    assert "n" not in s._recent
-    s._remember_read("n", found, 3)
-    assert s._recent["n"] is found
-    assert s._recent_bytes == 3
-    s._remember([_put("n", b"new", 4)])
-    s._remember_read("n", found, 4)  # the key is known: an apply event is never overwritten
-    assert s._recent["n"] == KeyValue("n", b"new", 4, 4, 1)
-    s._remember_read("gone", None, 4)  # absence is a value too
-    assert s._recent["gone"] is None
-    s.node.sm = SimpleNamespace(take_events=lambda: [])
-    s._on_snapshot()
-    s._remember_read("n", found, 4)
-    assert s._recent == {}
+    s.remember_read("n", found, 2)  # nothing remembered yet: the revision is not known
+    assert "n" not in s.values
+    s.remember([_put("a", b"1", 3)])
+    s.remember_read("n", found, 2)  # read before revision 3 was applied: maybe stale
+    assert "n" not in s.values
+    s.remember_read("n", found, 3)
+    assert s.values["n"] is found
+    assert s.bytes == 3
+    s.remember([_put("n", b"new", 4)])
+    s.remember_read("n", found, 4)  # the key is known: an apply event is never overwritten
+    assert s.values["n"] == KeyValue("n", b"new", 4, 4, 1)
+    s.remember_read("gone", None, 4)  # absence is a value too
+    assert s.values["gone"] is None
+    s.clear()
+    s.remember_read("n", found, 4)
+    assert s.values == {}
 
 
-async def test_namespace_like_keys_are_read_from_the_database_once(
-    tmp_path: Path, monkeypatch: Any
-) -> None:
+async def test_namespace_like_keys_are_read_from_the_database_once(tmp_path: Path) -> None:
     async with lone_store(tmp_path) as store:
         ns = await store.create("/ns/default", b"namespace")
-        monkeypatch.setattr(raftstore, "RECENT_KEYS", 4)
+        store.recent.max_keys = 4
         for i in range(6):  # the namespace's write is pushed out of the recent values
             await store.create(f"/pods/p{i}", b"pod")
-        assert "/ns/default" not in store._recent
+        assert "/ns/default" not in store.recent.values
         reads = 0
         real = store._read
 
