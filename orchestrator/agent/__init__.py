@@ -1,6 +1,6 @@
 """The node agent: registers a Node, runs the pods bound to it through a CRI `RuntimeService`,
 reports their status, and keeps them running while the API server is unreachable (edge
-autonomy; see `agent.py`, `podworker.py`, `localstore.py`, `node.py`).
+autonomy; see `agent.py`, `podworker.py` and the modules it names, `localstore.py`, `node.py`).
 
 Public surface: `Agent`, `AgentOptions`, `WorkerOptions`, `LocalStore`, `host_facts`,
 `HostFacts`, `node_client` (an in-process client acting as a node).
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from orchestrator.agent.agent import Agent, AgentOptions, ObjectCache
 from orchestrator.agent.localstore import LocalStore, StoredPod
 from orchestrator.agent.node import HostFacts, NodeReporter, host_facts
-from orchestrator.agent.podworker import PodWorker, WorkerOptions
+from orchestrator.agent.podcontext import WorkerOptions
+from orchestrator.agent.podworker import PodWorker
 
 if TYPE_CHECKING:  # the embedded agent's: a standalone one (HTTPS only) never loads the API layers
     from orchestrator.apiserver.resources import Api

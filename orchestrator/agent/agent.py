@@ -44,14 +44,9 @@ import trio
 
 from orchestrator.agent.localstore import LocalStore
 from orchestrator.agent.node import HostFacts, NodeReporter, NodeReporterOptions, host_facts
-from orchestrator.agent.podworker import (
-    LABEL_AGENT,
-    LABEL_POD_UID,
-    PodWorker,
-    WorkerContext,
-    WorkerOptions,
-    referenced_objects,
-)
+from orchestrator.agent.podcontext import WorkerContext, WorkerOptions
+from orchestrator.agent.podspec import LABEL_AGENT, LABEL_POD_UID, referenced_objects
+from orchestrator.agent.podworker import PodWorker
 from orchestrator.client.resource import PODS, ResourceInfo
 from orchestrator.controllers.runtime.client import CONFIGMAPS, Client
 from orchestrator.controllers.runtime.events import EventRecorder

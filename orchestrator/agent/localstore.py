@@ -16,7 +16,7 @@ it (KubeEdge's MetaManager order). Then:
 
 Tables: `pods(uid PK, namespace, name, body)` — the last pod object seen, JSON;
 `objects(kind, namespace, name PK, body)` — ConfigMaps and Secrets (Secret data stays base64,
-as in the API); `meta(key PK, value)` — small facts (e.g. the last pod list's resourceVersion).
+as in the API). (Databases written by older agents also hold an unused `meta` table.)
 
 Invariants: one `DbThread` serializes every call (no lock needed); each write is one
 transaction; the database file is mode 0600 (it holds Secrets); `synchronous=FULL`: a pod that
@@ -51,7 +51,6 @@ CREATE TABLE IF NOT EXISTS objects (
     body TEXT NOT NULL,
     PRIMARY KEY (kind, namespace, name)
 );
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
@@ -192,23 +191,3 @@ class LocalStore:
             return len(gone)
 
         return await self._db.run(_prune)
-
-    # ------------------------------------------------------------------ meta
-    async def get_meta(self, key: str) -> str | None:
-        def _get() -> str | None:
-            row = self._conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-            return str(row[0]) if row else None
-
-        return await self._db.run(_get)
-
-    async def set_meta(self, key: str, value: str) -> None:
-        def _set() -> None:
-            with self._conn:
-                self._conn.execute("BEGIN IMMEDIATE")
-                self._conn.execute(
-                    "INSERT INTO meta(key, value) VALUES (?,?) "
-                    "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
-                    (key, value),
-                )
-
-        await self._db.run(_set)

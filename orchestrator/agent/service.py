@@ -79,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from orchestrator.agent.agent import Agent, AgentOptions
-from orchestrator.agent.podworker import WorkerOptions
+from orchestrator.agent.podcontext import WorkerOptions
 from orchestrator.config import ListOption
 from orchestrator.cri.runtime import RuntimeService
 from orchestrator.listenerrors import ListenerError, naming_listener

@@ -106,8 +106,8 @@ from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
+from orchestrator.kube.taints import tolerates
 from orchestrator.scheduler import NodeInfo, PodInfo
-from orchestrator.scheduler.info import tolerates
 
 __all__ = [
     "BURST",

@@ -71,6 +71,7 @@ from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339, parse_rfc3339
+from orchestrator.kube.taints import tolerates_taint
 
 __all__ = [
     "NOT_READY_TAINT",
@@ -135,14 +136,8 @@ class HealthTracker:
 
 
 def tolerates(toleration: Obj, taint: Obj) -> bool:
-    """Does `toleration` tolerate `taint` (core/v1 Toleration.ToleratesTaint)?"""
-    effect = toleration.get("effect") or ""
-    if effect and effect != taint.get("effect"):
-        return False
-    key = toleration.get("key") or ""
-    if toleration.get("operator") == "Exists":
-        return not key or key == taint.get("key")
-    return key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+    """Does `toleration` tolerate `taint` (core/v1 Toleration.ToleratesTaint, `kube.taints`)?"""
+    return tolerates_taint(toleration, taint)
 
 
 def eviction_delay(tolerations: list[Obj], taints: list[Obj]) -> float | None:

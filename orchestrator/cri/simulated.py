@@ -43,6 +43,10 @@ containers running in the probed container's own sandbox (or, for a probe that n
 host, in the sandbox that owns that IP; any other host refuses). `http_get(ip, port, path)` and
 `tcp_connect(ip, port)` answer the same way by IP (`wget` in `exec_sync` uses the former).
 `set_available(False)` makes every call raise `Unavailable`, as a stopped runtime does.
+
+Parts: `cri.simshell` (behaviours, the tiny shell, timelines; pure), `cri.simstate` (per
+sandbox/container state, log records, the simulated network and exec); this module keeps the
+runtime itself (the `RuntimeService` calls, advancing containers, sandboxes and IPs, images).
 """
 
 from __future__ import annotations
@@ -52,11 +56,8 @@ import hashlib
 import ipaddress
 import os
 import random
-import shlex
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
 import trio
@@ -68,7 +69,6 @@ from orchestrator.cri.runtime import (
     ContainerConfig,
     ContainerState,
     ContainerStatus,
-    DeadlineExceeded,
     ExecResult,
     ImageInfo,
     NetworkAnswer,
@@ -85,209 +85,19 @@ from orchestrator.cri.runtime import (
     SandboxStatus,
     Unavailable,
 )
+from orchestrator.cri.simshell import Behaviour, BehaviourSource, timeline_of
+from orchestrator.cri.simstate import (
+    SimContainer,
+    SimSandbox,
+    accepts,
+    format_cri_log_line,
+    http_status,
+    run_exec,
+)
 
 __all__ = ["DEFAULT_IMAGES", "Behaviour", "SimulatedRuntime", "format_cri_log_line"]
 
 DEFAULT_IMAGES: Final = ("localhost/busybox:1", "localhost/pause:1")
-FOREVER: Final = float("inf")
-
-
-@dataclass(frozen=True)
-class Behaviour:
-    """How a simulated container behaves, overriding what its command would do.
-
-    `run_for`: seconds from start to exit (None: until stopped). `exit_code` / `oom` (exit 137,
-    reason OOMKilled) describe that exit. `healthy_attempts_from`: attempts below this number crash
-    (exit `exit_code`, default 1 if 0) after `run_for`/1 s, later ones run normally: a crash loop
-    that heals. `create_error`/`start_error`: the call fails with this text (a RuntimeFailure).
-    `logs`: stdout lines written at start. `exec`: answers by command (`" ".join(cmd)`); commands
-    not listed are interpreted. `http_status`: what `http_get` answers (None: not listening).
-    `ports`: ports `tcp_connect` accepts. `ignore_sigterm`: stop waits the whole grace period.
-    `start_latency`: overrides the runtime's.
-    """
-
-    run_for: float | None = None
-    exit_code: int = 0
-    oom: bool = False
-    healthy_attempts_from: int | None = None
-    create_error: str | None = None
-    start_error: str | None = None
-    logs: tuple[str, ...] = ()
-    exec: Mapping[str, ExecResult] = field(default_factory=dict)
-    http_status: int | None = None
-    ports: tuple[int, ...] = ()
-    ignore_sigterm: bool = False
-    start_latency: float | None = None
-
-
-BehaviourSource = Mapping[str, Behaviour] | Callable[[ContainerConfig], Behaviour | None]
-
-
-# ---------------------------------------------------------------------- the tiny shell
-
-
-@dataclass
-class _Timeline:
-    """Events at offsets (seconds) from start; `exit_at` FOREVER = until stopped."""
-
-    events: list[tuple[float, str, str, bytes]] = field(default_factory=list)  # t, kind, arg, data
-    exit_at: float = FOREVER
-    exit_code: int = 0
-    reason: str = ""
-    handles_term: bool = True
-    http_ports: tuple[int, ...] = ()
-
-
-class _ExecExit(Exception):
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-
-_SEPARATORS: Final = frozenset({";", "&&", "||", "&", "|", ";;"})
-
-
-def _split_script(script: str) -> Iterator[list[str]]:
-    """Split a shell script into commands (words; redirections stay tokens: `>`, `>>`, `>&`)."""
-    lex = shlex.shlex(script.replace("\n", " ; "), posix=True, punctuation_chars=True)
-    lex.whitespace_split = True
-    words: list[str] = []
-    for tok in lex:
-        if tok in _SEPARATORS:
-            if words:
-                yield words
-            words = []
-        else:
-            words.append(tok)
-    if words:
-        yield words
-
-
-def _argv_to_script(argv: Sequence[str]) -> tuple[list[list[str]], bool]:
-    """(commands, is_shell): `sh -c SCRIPT` becomes its commands; anything else one command."""
-    if len(argv) >= 3 and os.path.basename(argv[0]) in ("sh", "ash", "bash") and argv[1] == "-c":
-        return list(_split_script(argv[2])), True
-    return [list(argv)], False
-
-
-def _seconds(word: str) -> float:
-    if word in ("inf", "infinity"):
-        return FOREVER
-    try:
-        return float(word.rstrip("s"))
-    except ValueError:
-        return 0.0
-
-
-def _echo(words: list[str]) -> tuple[str, str, bool, str]:
-    """echo args → (text, stream, append, file)."""
-    stream, target, append = "stdout", "", False
-    out: list[str] = []
-    newline = True
-    i = 1
-    while i < len(words):
-        w = words[i]
-        nxt = words[i + 1] if i + 1 < len(words) else ""
-        if w == "-n" and not out:
-            newline = False
-        elif w == ">&":
-            stream, i = ("stderr" if nxt == "2" else "stdout"), i + 1
-        elif w in (">", ">>"):
-            target, append, i = nxt, w == ">>", i + 1
-        else:
-            out.append(w)
-        i += 1
-    return " ".join(out) + ("\n" if newline else ""), stream, append, target
-
-
-def _interpret_main(argv: Sequence[str]) -> _Timeline:
-    tl = _Timeline()
-    if not argv:
-        return tl  # the image's default command: runs until stopped
-    commands, _ = _argv_to_script(argv)
-    tl.handles_term = False  # PID 1 without a handler ignores SIGTERM (observed on containerd)
-    t = 0.0
-    for words in commands:
-        name = os.path.basename(words[0])
-        if name == "sleep":
-            t += _seconds(words[1] if len(words) > 1 else "0")
-            if t == FOREVER:
-                return tl
-        elif name == "echo":
-            text, stream, append, target = _echo(words)
-            if target:
-                tl.events.append((t, "append" if append else "write", target, text.encode()))
-            else:
-                tl.events.append((t, "log", stream, text.encode()))
-        elif name == "touch":
-            tl.events.extend((t, "append", p, b"") for p in words[1:])
-        elif name == "rm":
-            tl.events.extend((t, "rm", p, b"") for p in words[1:] if not p.startswith("-"))
-        elif name == "exit":
-            tl.exit_at, tl.exit_code = t, int(words[1]) if len(words) > 1 else 0
-            return tl
-        elif name == "false":
-            tl.exit_code = 1
-        elif name == "trap" and "TERM" in words:
-            tl.handles_term = True
-        elif name == "httpd":
-            port = 80
-            if "-p" in words[:-1]:
-                port = int(words[words.index("-p") + 1].rsplit(":", 1)[-1])
-            tl.http_ports += (port,)
-            if "-f" in words:  # foreground: serves until stopped
-                return tl
-        elif name == "exec" and len(words) > 1:
-            rest = _interpret_main(words[1:])
-            rest.events = tl.events + [(t + e[0], *e[1:]) for e in rest.events]
-            rest.exit_at += t
-            rest.http_ports = tl.http_ports + rest.http_ports
-            return rest
-        else:
-            tl.exit_code = 0
-    tl.exit_at = t
-    return tl
-
-
-# ---------------------------------------------------------------------- state
-
-
-@dataclass
-class _Sandbox:
-    id: str
-    config: PodSandboxConfig
-    state: SandboxState
-    created_at: int
-    ip: str
-
-
-@dataclass
-class _Container:
-    id: str
-    sandbox_id: str
-    config: ContainerConfig
-    behaviour: Behaviour | None
-    image_ref: str
-    log_path: str
-    created_at: int
-    state: ContainerState = ContainerState.CREATED
-    started_mono: float = 0.0
-    started_at: int = 0
-    finished_at: int = 0
-    exit_code: int = 0
-    reason: str = ""
-    message: str = ""
-    timeline: _Timeline = field(default_factory=_Timeline)
-    next_event: int = 0
-    files: dict[str, bytes] = field(default_factory=dict)
-    resources: Resources | None = None
-
-
-def format_cri_log_line(ts_ns: int, stream: str, text: str, tag: str = "F") -> str:
-    """One CRI log record: `<RFC3339Nano> <stream> <F|P> <text>\\n` (fraction's zeros trimmed)."""
-    secs, nanos = divmod(ts_ns, 1_000_000_000)
-    stamp = datetime.fromtimestamp(secs, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    frac = f"{nanos:09d}".rstrip("0")
-    return f"{stamp}{'.' + frac if frac else ''}Z {stream} {tag} {text}\n"
 
 
 class SimulatedRuntime:
@@ -317,8 +127,8 @@ class SimulatedRuntime:
         self._net = ipaddress.ip_network(pod_cidr)
         self._free_ips: list[str] = []
         self._next_host = 2  # .1 is the gateway
-        self._sandboxes: dict[str, _Sandbox] = {}
-        self._containers: dict[str, _Container] = {}
+        self._sandboxes: dict[str, SimSandbox] = {}
+        self._containers: dict[str, SimContainer] = {}
 
     # ------------------------------------------------------------------ sim-only controls
 
@@ -331,11 +141,11 @@ class SimulatedRuntime:
 
     def http_get(self, ip: str, port: int, path: str = "/") -> int | None:
         """Status code a GET to a running container at (ip, port) gets; None: refused."""
-        return _http_status(self._running_at(ip), port)
+        return http_status(self._running_at(ip), port)
 
     def tcp_connect(self, ip: str, port: int) -> bool:
         """Whether a running container at `ip` accepts a connection on `port`."""
-        return _accepts(self._running_at(ip), port)
+        return accepts(self._running_at(ip), port)
 
     async def probe_network(self, probe: NetworkProbe) -> NetworkAnswer:
         """Answer a probe of container `probe.container_id` from the simulation (module doc);
@@ -347,14 +157,14 @@ class SimulatedRuntime:
         else:  # another host: a simulated pod's IP, or nobody
             running = self._running_at(probe.host) if probe.host else iter(())
         if probe.protocol == "http":
-            status = _http_status(running, probe.port)
+            status = http_status(running, probe.port)
             return NetworkAnswer(status is not None, status or 0)
-        return NetworkAnswer(_accepts(running, probe.port))
+        return NetworkAnswer(accepts(running, probe.port))
 
-    def _running_at(self, ip: str) -> Iterator[_Container]:
+    def _running_at(self, ip: str) -> Iterator[SimContainer]:
         return self._running_in({s.id for s in self._sandboxes.values() if s.ip and s.ip == ip})
 
-    def _running_in(self, sandboxes: set[str]) -> Iterator[_Container]:
+    def _running_in(self, sandboxes: set[str]) -> Iterator[SimContainer]:
         for c in list(self._containers.values()):
             if c.sandbox_id in sandboxes:
                 self._advance(c)
@@ -417,7 +227,7 @@ class SimulatedRuntime:
             return src(config)
         return src.get(config.name) or src.get(config.image)
 
-    def _write_log(self, c: _Container, ts_ns: int, stream: str, data: bytes) -> None:
+    def _write_log(self, c: SimContainer, ts_ns: int, stream: str, data: bytes) -> None:
         if not c.log_path:
             return
         text = data.decode(errors="replace")
@@ -428,7 +238,7 @@ class SimulatedRuntime:
             for line in lines:
                 f.write(format_cri_log_line(ts_ns, stream, line))
 
-    def _advance(self, c: _Container) -> None:
+    def _advance(self, c: SimContainer) -> None:
         """Apply the events of a running container's timeline that are due by now."""
         if c.state != ContainerState.RUNNING:
             return
@@ -443,7 +253,7 @@ class SimulatedRuntime:
         if tl.exit_at <= elapsed:
             self._exit(c, c.started_mono + tl.exit_at, tl.exit_code, tl.reason)
 
-    def _apply(self, c: _Container, mono: float, kind: str, arg: str, data: bytes) -> None:
+    def _apply(self, c: SimContainer, mono: float, kind: str, arg: str, data: bytes) -> None:
         if kind == "log":
             self._write_log(c, self._mono_to_ns(mono), arg, data)
         elif kind == "write":
@@ -453,13 +263,13 @@ class SimulatedRuntime:
         elif kind == "rm":
             c.files.pop(arg, None)
 
-    def _exit(self, c: _Container, mono: float, code: int, reason: str = "") -> None:
+    def _exit(self, c: SimContainer, mono: float, code: int, reason: str = "") -> None:
         c.state = ContainerState.EXITED
         c.finished_at = self._mono_to_ns(mono)
         c.exit_code = code
         c.reason = reason or ("Completed" if code == 0 else "Error")
 
-    def _sandbox(self, sandbox_id: str) -> _Sandbox:
+    def _sandbox(self, sandbox_id: str) -> SimSandbox:
         try:
             return self._sandboxes[sandbox_id]
         except KeyError:
@@ -467,7 +277,7 @@ class SimulatedRuntime:
                 f'an error occurred when try to find sandbox "{sandbox_id}": not found'
             ) from None
 
-    def _container(self, container_id: str) -> _Container:
+    def _container(self, container_id: str) -> SimContainer:
         try:
             c = self._containers[container_id]
         except KeyError:
@@ -519,7 +329,7 @@ class SimulatedRuntime:
             raise RuntimeFailure("failed to setup network for sandbox: cni plugin not initialized")
         ip = "" if config.host_network else self._allocate_ip()
         sid = self._new_id()
-        self._sandboxes[sid] = _Sandbox(sid, config, SandboxState.READY, self._now_ns(), ip)
+        self._sandboxes[sid] = SimSandbox(sid, config, SandboxState.READY, self._now_ns(), ip)
         if config.log_directory:
             os.makedirs(config.log_directory, exist_ok=True)
         return sid
@@ -630,7 +440,7 @@ class SimulatedRuntime:
             log_path = os.path.join(s.config.log_directory, config.log_path)
             os.makedirs(os.path.dirname(log_path), exist_ok=True)
         cid = self._new_id()
-        self._containers[cid] = _Container(
+        self._containers[cid] = SimContainer(
             id=cid,
             sandbox_id=sandbox_id,
             config=config,
@@ -661,32 +471,12 @@ class SimulatedRuntime:
             c.finished_at = self._now_ns()
             c.exit_code, c.reason, c.message = 128, "StartError", b.start_error
             raise RuntimeFailure(b.start_error)
-        c.timeline = self._timeline(c)
+        c.timeline = timeline_of(c.config, c.behaviour)
         c.state = ContainerState.RUNNING
         c.started_mono = trio.current_time()
         c.started_at = self._now_ns()
         self._write_log(c, 0, "stdout", b"")  # creates the (empty) log file
         self._advance(c)
-
-    def _timeline(self, c: _Container) -> _Timeline:
-        b = c.behaviour
-        if b is None:
-            return _interpret_main([*c.config.command, *c.config.args])
-        tl = _Timeline(handles_term=not b.ignore_sigterm)
-        tl.events = [(0.0, "log", "stdout", (line + "\n").encode()) for line in b.logs]
-        crash = b.healthy_attempts_from is not None and c.config.attempt < b.healthy_attempts_from
-        if crash:
-            tl.exit_at = b.run_for if b.run_for is not None else 1.0
-            tl.exit_code = b.exit_code or 1
-        elif b.healthy_attempts_from is not None:
-            return tl  # healed: runs until stopped
-        elif b.run_for is not None:
-            tl.exit_at, tl.exit_code = b.run_for, b.exit_code
-        if b.oom and not (b.healthy_attempts_from is not None and not crash):
-            tl.exit_code, tl.reason = 137, "OOMKilled"
-            if tl.exit_at == FOREVER:
-                tl.exit_at = 0.0
-        return tl
 
     async def stop_container(self, container_id: str, grace_period: int) -> None:
         await self._enter()
@@ -787,75 +577,7 @@ class SimulatedRuntime:
             raise RuntimeFailure("ExecSync: command must not be empty")
         if c.behaviour is not None and " ".join(cmd) in c.behaviour.exec:
             return c.behaviour.exec[" ".join(cmd)]
-        commands, is_shell = _argv_to_script(cmd)
-        known = {"sh", "echo", "cat", "sleep", "true", "false", "exit", "touch", "rm", "test"}
-        if not is_shell and os.path.basename(cmd[0]) not in known | {"ls", "wget", "["}:
-            raise RuntimeFailure(
-                f"failed to exec in container: failed to start exec: OCI runtime exec failed: "
-                f'exec failed: unable to start container process: exec: "{cmd[0]}": '
-                "executable file not found in $PATH: unknown"
-            )
-        limit = timeout_seconds if timeout_seconds > 0 else FOREVER
-        out, err = bytearray(), bytearray()
-        code = 0
-        start = trio.current_time()
-        for words in commands:
-            name = os.path.basename(words[0])
-            if name == "echo":
-                text, stream, append, target = _echo(words)
-                if target:
-                    c.files[target] = (c.files.get(target, b"") if append else b"") + text.encode()
-                else:
-                    (err if stream == "stderr" else out).extend(text.encode())
-                code = 0
-            elif name == "cat":
-                code = 0
-                for path in words[1:]:
-                    if path in c.files:
-                        out.extend(c.files[path])
-                    else:
-                        err.extend(
-                            f"cat: can't open '{path}': No such file or directory\n".encode()
-                        )
-                        code = 1
-            elif name in ("test", "[") and len(words) >= 3 and words[1] in ("-e", "-f"):
-                code = 0 if words[2] in c.files else 1
-            elif name == "sleep":
-                seconds = _seconds(words[1] if len(words) > 1 else "0")
-                left = limit - (trio.current_time() - start)
-                if seconds > left:
-                    await trio.sleep(max(0.0, left))
-                    raise DeadlineExceeded(
-                        f"failed to exec in container: timeout {timeout_seconds:g}s exceeded: "
-                        "context deadline exceeded"
-                    )
-                await trio.sleep(seconds)
-                code = 0
-            elif name == "exit":
-                code = int(words[1]) if len(words) > 1 else code
-                break
-            elif name == "true":
-                code = 0
-            elif name == "false":
-                code = 1
-            elif name == "touch":
-                for path in words[1:]:
-                    c.files.setdefault(path, b"")
-                code = 0
-            elif name == "rm":
-                for path in words[1:]:
-                    c.files.pop(path, None)
-                code = 0
-            elif name == "wget":
-                url = next((w for w in words[1:] if "://" in w), "")
-                port = _url_port(url)
-                # its own pod's containers answer (localhost or the pod's IP alike)
-                status = _http_status(self._running_in({c.sandbox_id}), port) if url else None
-                code = 0 if status is not None and 200 <= status < 400 else 1
-            else:
-                err.extend(f"sh: {words[0]}: not found\n".encode())
-                code = 127
-        return ExecResult(stdout=bytes(out), stderr=bytes(err), exit_code=code)
+        return await run_exec(c, cmd, timeout_seconds, lambda: self._running_in({c.sandbox_id}))
 
     async def update_container_resources(self, container_id: str, resources: Resources) -> None:
         await self._enter()
@@ -881,34 +603,3 @@ class SimulatedRuntime:
 
     async def aclose(self) -> None:
         await trio.lowlevel.checkpoint()
-
-
-def _http_status(containers: Iterator[_Container], port: int) -> int | None:
-    """What a GET to `port` of the first of `containers` serving it answers; None: refused."""
-    for c in containers:
-        b = c.behaviour
-        if b is not None and b.http_status is not None and (not b.ports or port in b.ports):
-            return b.http_status
-        if port in c.timeline.http_ports:
-            return 200
-    return None
-
-
-def _accepts(containers: Iterator[_Container], port: int) -> bool:
-    """Whether one of `containers` accepts a TCP connection on `port`."""
-    for c in containers:
-        b = c.behaviour
-        ports = set(c.timeline.http_ports) | set(b.ports if b else ())
-        if port in ports or (b is not None and b.http_status is not None and not b.ports):
-            return True
-    return False
-
-
-def _url_port(url: str) -> int:
-    rest = url.split("://", 1)[-1].split("/", 1)[0]
-    if ":" in rest:
-        try:
-            return int(rest.rsplit(":", 1)[1])
-        except ValueError:
-            return 80
-    return 443 if url.startswith("https") else 80

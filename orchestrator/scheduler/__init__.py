@@ -6,7 +6,8 @@ Code map (all synchronous, no I/O, time and randomness passed in):
 * `info` — `PodInfo` (a pod parsed once) and `NodeInfo` (a node's facts and running totals).
 * `cache` — `SchedulerCache`: nodes and the pods counted on them, including pods *assumed* on a
   node before the bind shows up in the watch (confirm / forget / expire after a TTL).
-* `framework` — filter and score plugins and `schedule_one(pod, cache, rng, now) -> Decision`.
+* `plugins` — the filter and score plugins (one module per family), their protocols, the defaults.
+* `framework` — runs the plugins: `schedule_one(pod, cache, rng, now) -> Decision`.
 * `queue` — `SchedulingQueue`: active (priority, FIFO), backoff (1 → 10 s), unschedulable
   (until a cluster event, at most 5 min).
 
@@ -31,16 +32,14 @@ from orchestrator.scheduler.cache import CacheStatistics, SchedulerCache
 from orchestrator.scheduler.framework import (
     DEFAULT_FRAMEWORK,
     Decision,
-    FilterPlugin,
     Framework,
-    NodeFilter,
-    ScorePlugin,
     check_node,
     failure_message,
     num_feasible_nodes_to_find,
     schedule_one,
 )
 from orchestrator.scheduler.info import NodeInfo, PodInfo, pod_key
+from orchestrator.scheduler.plugins import FilterPlugin, NodeFilter, ScorePlugin
 from orchestrator.scheduler.quantity import parse_cpu_milli, parse_quantity, parse_value
 from orchestrator.scheduler.queue import QueueStatistics, SchedulingQueue
 

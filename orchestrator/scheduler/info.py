@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from orchestrator.kube.taints import Taint, Toleration, tolerates, toleration_of
 from orchestrator.scheduler.quantity import parse_cpu_milli, parse_value
 
 __all__ = [
@@ -39,19 +40,12 @@ __all__ = [
     "NodeInfo",
     "NodeMatcher",
     "PodInfo",
-    "Taint",
-    "Toleration",
     "pod_key",
-    "tolerates",
 ]
 
 Obj = Mapping[str, Any]
 NodeMatcher = Callable[["NodeInfo"], bool]
 """A compiled node selector: True when the node matches."""
-Toleration = tuple[str, str, str, str]
-"""(key, operator, value, effect) with "" for absent fields."""
-Taint = tuple[str, str, str]
-"""(key, value, effect)."""
 Port = tuple[str, str, int]
 """(hostIP, protocol, hostPort) with hostIP "0.0.0.0" and protocol "TCP" by default."""
 
@@ -284,28 +278,8 @@ def _compile_preferred(affinity: Obj) -> tuple[tuple[int, NodeMatcher], ...]:
 # --- tolerations ---------------------------------------------------------------------------------
 
 
-def tolerates(toleration: Toleration, key: str, value: str, effect: str) -> bool:
-    """`Toleration.ToleratesTaint`: empty effect or key match any; Exists ignores the value."""
-    t_key, t_op, t_value, t_effect = toleration
-    if t_effect and t_effect != effect:
-        return False
-    if t_key and t_key != key:
-        return False
-    if t_op in ("", "Equal"):
-        return t_value == value
-    return t_op == "Exists"
-
-
 def _tolerations(spec: Obj) -> tuple[Toleration, ...]:
-    return tuple(
-        (
-            str(t.get("key") or ""),
-            str(t.get("operator") or ""),
-            str(t.get("value") or ""),
-            str(t.get("effect") or ""),
-        )
-        for t in spec.get("tolerations") or ()
-    )
+    return tuple(toleration_of(t) for t in spec.get("tolerations") or ())
 
 
 def owner_of(meta: Obj) -> str | None:

@@ -35,7 +35,7 @@ from e2e.kubectlrun import Kubectl, kubectl_binary
 from sim.simharness import ADMIN, api_of
 
 from orchestrator.agent import Agent, AgentOptions, WorkerOptions
-from orchestrator.agent.podworker import LABEL_AGENT, LABEL_POD_UID
+from orchestrator.agent.podspec import LABEL_AGENT, LABEL_POD_UID
 from orchestrator.agent.service import AgentConfig
 from orchestrator.controllers.runtime.client import PODS, InProcessClient
 from orchestrator.cri.containerd import CriRuntime

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from orchestrator.agent.logs import (
+from orchestrator.agent.logfiles import (
     LogFormatter,
     LogOptions,
     LogRecord,

@@ -16,7 +16,8 @@ import httpx
 import pytest
 import trio
 
-from orchestrator.agent.logs import AUTHORIZED_USER, EndpointTLS, LogEndpoint, log_dir
+from orchestrator.agent.logfiles import log_dir
+from orchestrator.agent.logs import AUTHORIZED_USER, EndpointTLS, LogEndpoint
 from orchestrator.apiserver.app import ApiApp
 from orchestrator.apiserver.logproxy import KUBELET_CLIENT_USER, AgentLogProxy, kubelet_client_cert
 from orchestrator.kube.errors import ApiError, not_found

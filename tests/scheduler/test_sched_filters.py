@@ -8,7 +8,7 @@ import pytest
 from schedfixtures import bound, expr, node, node_info, pod, required, taint
 
 from orchestrator.scheduler import PodInfo, check_node
-from orchestrator.scheduler.framework import (
+from orchestrator.scheduler.plugins import (
     NodeAffinity,
     NodeName,
     NodePorts,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -241,9 +241,15 @@ def test_custom_plugins_follow_the_protocols() -> None:
 
             return run
 
+        def cache_key(self, pod: PodInfo) -> Hashable:
+            return ()  # a node's verdict depends on the node only
+
     @dataclass(frozen=True)
     class Highest:
         name: str = "Highest"
+
+        def cache_key(self, pod: PodInfo) -> Hashable:
+            return ()  # per node, whatever the pod
 
         def score(self, pod: PodInfo, nodes: Sequence[NodeInfo]) -> list[int] | None:
             return [int(n.name[1:]) * 10 for n in nodes]

@@ -1,6 +1,7 @@
-"""The per-node memo of the default framework (`Framework._filter_memo`) decides exactly as the
-plain path: the same node, reasons and scores, over sequences of scheduling cycles in which
-nodes change, pods are assumed, forgotten, expire and are deleted between cycles."""
+"""The per-node shape memo (`Framework._filter_memo`) decides exactly as the plain path: the same
+node, reasons and scores, over sequences of scheduling cycles in which nodes change, pods are
+assumed, forgotten, expire and are deleted between cycles; with the default plugins and weights
+or others. It applies when the plugins say their results can be cached (`cache_key`)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,22 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from schedfixtures import bound, cache_with, expr, node, pod, preferred, taint
+from schedfixtures import bound, cache_with, node, pod, taint
 from test_sched_framework import cpus, label_maps, mems, taints, tolerations
 
 from orchestrator.scheduler import DEFAULT_FRAMEWORK, Framework, SchedulerCache
-from orchestrator.scheduler.framework import DEFAULT_FILTERS, DEFAULT_SCORES, _plain_totals
-from orchestrator.scheduler.info import ZONE_LABEL, PodInfo
+from orchestrator.scheduler.info import ZONE_LABEL, NodeInfo, PodInfo
+from orchestrator.scheduler.plugins import (
+    DEFAULT_FILTERS,
+    DEFAULT_SCORES,
+    LeastAllocated,
+    NodeAffinityScore,
+    NodeFilter,
+)
 
 Obj = dict[str, Any]
 
-# The same plugins in lists: not the defaults by identity, so the memo is off. (tuple() of a
-# tuple is the tuple itself.)
-PLAIN = Framework(filters=list(DEFAULT_FILTERS), scores=list(DEFAULT_SCORES))
+PLAIN = Framework(memo=False)
 
 nodes_st = st.builds(
     lambda cpu, mem, labels, node_taints, ready, unschedulable: dict(
@@ -29,7 +34,7 @@ nodes_st = st.builds(
     ),
     st.sampled_from(["1", "2", "4"]),
     st.sampled_from(["1Gi", "4Gi"]),
-    st.builds(  # a zone on some nodes: OwnerSpread's zoned formula (no `_plain_totals`)
+    st.builds(  # a zone on some nodes: OwnerSpread's zoned formula
         lambda labels, zone: {**labels, ZONE_LABEL: zone} if zone else labels,
         label_maps,
         st.sampled_from([None, None, "z1", "z2"]),
@@ -61,13 +66,21 @@ steps = st.lists(
     pod_shapes=st.lists(shapes, min_size=1, max_size=3),
     plan=steps,
     seed=st.integers(0, 2**16),
+    weights=st.one_of(st.none(), st.lists(st.integers(0, 4), min_size=5, max_size=5)),
 )
 def test_memo_decides_as_the_plain_path(
-    first: list[Obj], pod_shapes: list[Obj], plan: list[tuple[Any, ...]], seed: int
+    first: list[Obj],
+    pod_shapes: list[Obj],
+    plan: list[tuple[Any, ...]],
+    seed: int,
+    weights: list[int] | None,
 ) -> None:
     specs = [node(f"n{i}", **kw) for i, kw in enumerate(first)]
-    assert PLAIN.filters is not DEFAULT_FILTERS
-    assert PLAIN.scores is not DEFAULT_SCORES
+    framework, plain_framework = DEFAULT_FRAMEWORK, PLAIN
+    if weights is not None:  # the configured weights, not the defaults, in both paths
+        scores = [(plugin, w) for (plugin, _), w in zip(DEFAULT_SCORES, weights, strict=True)]
+        framework = Framework(scores=scores)
+        plain_framework = Framework(scores=scores, memo=False)
     memo, plain = cache_with(*specs), cache_with(*specs)
     rngs = random.Random(seed), random.Random(seed)
     placed: list[Obj] = []
@@ -77,8 +90,8 @@ def test_memo_decides_as_the_plain_path(
         if step[0] == "schedule":
             shape = pod_shapes[step[1] % len(pod_shapes)]
             p = pod(f"p{i}", **shape)
-            a = DEFAULT_FRAMEWORK.schedule_one(p, memo, rngs[0], clock)
-            b = PLAIN.schedule_one(p, plain, rngs[1], clock)
+            a = framework.schedule_one(p, memo, rngs[0], clock)
+            b = plain_framework.schedule_one(p, plain, rngs[1], clock)
             assert (a.node, dict(a.reasons), a.num_nodes) == (b.node, dict(b.reasons), b.num_nodes)
             assert memo.next_start_index == plain.next_start_index
             if a.node is not None:
@@ -146,42 +159,59 @@ def test_pods_that_differ_in_requests_do_not_share_verdicts() -> None:
         assert ("n0" in d.reasons) == (i % 2 == 1)
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    labels=st.lists(label_maps, min_size=2, max_size=6),
-    owners=st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b"])), max_size=12),
-    owner=st.sampled_from([None, "a", "b"]),
-    prefer=st.booleans(),
-    resource=st.lists(st.integers(0, 200), min_size=6, max_size=6),
-)
-def test_plain_totals_are_the_default_plugins_sum(
-    labels: list[Obj],
-    owners: list[tuple[int, str]],
-    owner: str | None,
-    prefer: bool,
-    resource: list[int],
-) -> None:
-    """Over nodes without soft taints or zones, `_plain_totals` is `_score` of the defaults."""
-    cache = cache_with(*(node(f"n{i}", labels=kw) for i, kw in enumerate(labels)))
-    for j, (i, o) in enumerate(owners):
-        cache.assume(pod(f"q{j}", owner=o), f"n{i % len(labels)}", 0.0)
-    nodes = cache.nodes()
-    affinity = preferred((3, [expr("disk", "In", "a")]), (5, [expr("gpu", "Exists")]))
-    info = PodInfo.from_pod(pod("p", owner=owner, affinity=affinity if prefer else None))
-    given_scores = resource[: len(nodes)]
-    assert _plain_totals(info, nodes, list(given_scores)) == DEFAULT_FRAMEWORK._score(
-        info, nodes, list(given_scores)
-    )
+def test_memo_sums_the_cacheable_scores_with_their_weights() -> None:
+    cache = cache_with(node("small", cpu="2", memory="2Gi"), node("big", cpu="8", memory="8Gi"))
+    heavy = Framework(scores=[(LeastAllocated(), 5), (NodeAffinityScore(), 2)])
+    d = heavy.schedule_one(pod("a", cpu="1"), cache, random.Random(0), 0.0)
+    assert d.node == "big"
+    (memo,) = cache.shape_memo.values()
+    nodes = {n.name: n for n in cache.nodes()}
+    info = PodInfo.from_pod(pod("a", cpu="1"))
+    expected = [5 * LeastAllocated().score(info, [nodes[n.name]])[0] for n in memo.feasible]
+    assert memo.resource == expected
+    assert [p for p, _ in memo.memoized] == [LeastAllocated()]  # NodeAffinity: normalised
 
 
-def test_a_node_that_gains_a_zone_ends_the_plain_scoring() -> None:
+class _Opaque:
+    """A filter that does not say its verdicts can be reused."""
+
+    name = "Opaque"
+
+    def prepare(self, pod: PodInfo) -> NodeFilter | None:
+        def run(nodes: list[NodeInfo], reasons: dict[str, tuple[str, ...]]) -> list[NodeInfo]:
+            return nodes
+
+        return run
+
+    def cache_key(self, pod: PodInfo) -> None:
+        return None
+
+
+def test_a_filter_without_a_cache_key_turns_the_memo_off() -> None:
+    cache = cache_with(*(node(f"n{i}") for i in range(3)))
+    opaque = Framework(filters=[*DEFAULT_FILTERS, _Opaque()])
+    assert opaque.schedule_one(pod("a", cpu="1"), cache, random.Random(0), 0.0).node
+    assert not cache.shape_memo
+    same = Framework(filters=list(DEFAULT_FILTERS))  # the same plugins in a list: memoized
+    assert same.schedule_one(pod("a", cpu="1"), cache, random.Random(0), 0.0).node
+    assert len(cache.shape_memo) == 1
+
+
+def test_two_frameworks_keep_apart_memos() -> None:
+    cache = cache_with(*(node(f"n{i}") for i in range(3)))
+    other = Framework(scores=[(LeastAllocated(), 3)])
+    for framework in (DEFAULT_FRAMEWORK, other, DEFAULT_FRAMEWORK):
+        framework.schedule_one(pod("a", cpu="1"), cache, random.Random(0), 0.0)
+    owners = sorted(id(m.framework) for m in cache.shape_memo.values())
+    assert owners == sorted([id(DEFAULT_FRAMEWORK), id(other)])
+
+
+def test_a_node_that_gains_a_zone_is_rescored_by_owner_spread() -> None:
     cache = cache_with(*(node(f"n{i}") for i in range(3)))
     rng = random.Random(0)
     first = DEFAULT_FRAMEWORK.schedule_one(pod("a", cpu="1", owner="a"), cache, rng, 0.0)
     assert first.node is not None
     (memo,) = cache.shape_memo.values()
-    assert memo.plain
     cache.update_node(node("n1", labels={ZONE_LABEL: "z1"}))  # still feasible: no re-total
     DEFAULT_FRAMEWORK.schedule_one(pod("b", cpu="1", owner="a"), cache, rng, 0.0)
     assert cache.shape_memo[next(iter(cache.shape_memo))] is memo
-    assert not memo.plain

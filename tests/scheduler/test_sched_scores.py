@@ -7,7 +7,7 @@ from typing import Any
 from schedfixtures import expr, node, node_info, pod, preferred, taint
 
 from orchestrator.scheduler import NodeInfo, PodInfo
-from orchestrator.scheduler.framework import (
+from orchestrator.scheduler.plugins import (
     BalancedAllocation,
     LeastAllocated,
     NodeAffinityScore,
