@@ -68,6 +68,7 @@ from orchestrator.controllers.runtime.informer import (
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.kube.conditions import get_condition
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339, parse_rfc3339
@@ -162,13 +163,6 @@ def eviction_delay(tolerations: list[Obj], taints: list[Obj]) -> float | None:
     return delay
 
 
-def _condition(node: Obj, ctype: str) -> Obj | None:
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == ctype:
-            return c
-    return None
-
-
 def _no_execute_taints(node: Obj) -> list[Obj]:
     taints = (node.get("spec") or {}).get("taints") or []
     return [t for t in taints if isinstance(t, dict) and t.get("effect") == NO_EXECUTE]
@@ -176,7 +170,7 @@ def _no_execute_taints(node: Obj) -> list[Obj]:
 
 def wanted_taint(node: Obj) -> str | None:
     """The lifecycle taint the node's Ready condition calls for."""
-    ready = _condition(node, "Ready")
+    ready = get_condition(node.get("status"), "Ready")
     status = (ready or {}).get("status", "Unknown")
     if status == "True":
         return None
@@ -216,7 +210,7 @@ class NodeLifecycleController(Controller):
         opts = self.options
         lease = self.leases.get(f"{opts.lease_namespace}/{key}") or {}
         renew = str((lease.get("spec") or {}).get("renewTime") or "")
-        ready = _condition(node, "Ready") or {}
+        ready = get_condition(node.get("status"), "Ready") or {}
         now = trio.current_time()
         probe = self.tracker.observe(key, (renew, str(ready.get("lastHeartbeatTime") or "")), now)
         if now - probe > opts.grace_period and ready.get("status") != "Unknown":

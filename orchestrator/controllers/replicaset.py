@@ -73,6 +73,7 @@ from orchestrator.controllers.runtime.informer import (
     object_key,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
+from orchestrator.kube.conditions import get_condition
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.jsonvalue import copy_json
 from orchestrator.kube.objects import Obj
@@ -166,13 +167,6 @@ def pod_from_template(rs: Obj) -> Obj:
         "metadata": pod_meta,
         "spec": copy_json(template.get("spec") or {}),
     }
-
-
-def _condition(status: Obj, ctype: str) -> Obj | None:
-    for cond in status.get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == ctype:
-            return cond
-    return None
 
 
 def _without_nones(status: Obj) -> Obj:
@@ -319,7 +313,7 @@ class ReplicaSetReconciler:
         ready = sum(1 for p in active if is_pod_ready(p))
         available = sum(1 for p in active if is_pod_available(p, min_ready, now))
         conditions = [c for c in old.get("conditions") or [] if c.get("type") != "ReplicaFailure"]
-        failure = _condition(old, "ReplicaFailure")
+        failure = get_condition(old, "ReplicaFailure")
         replicas = int_value(spec.get("replicas"), 1)
         if error is not None and (
             (reason == "FailedCreate" and len(active) < replicas)
