@@ -61,6 +61,7 @@ from orchestrator.controllers.runtime.informer import (
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.controllers.writes import update_retrying
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.kind import Kind
@@ -87,7 +88,6 @@ WORKERS = 20
 KINDS_PERIOD = 30.0  # seconds between looks for new kinds (upstream's discovery resync)
 VIRTUAL_RECHECK = 60.0  # seconds between GETs of a verified owner whose kind is not watched
 ABSENT_CACHE_SIZE = 10_000
-UPDATE_ATTEMPTS = 5
 _SKIPPED = {("", "events")}  # never owners in practice; too many to cache
 
 
@@ -599,22 +599,16 @@ class GarbageCollector(Controller):
     async def _update(
         self, res: ResourceInfo, ns: str, name: str, uid: str, change: Callable[[Obj], bool]
     ) -> None:
-        """Read-modify-write the object `uid` (conditional on its resourceVersion); `change`
-        returns False when there is nothing to change. Gone: nothing to do."""
-        for _ in range(UPDATE_ATTEMPTS):
-            live = await self._get(res, ns, name, uid)
-            if live is None or not change(live):
-                return
+        """Read-modify-write the object `uid` (`writes.update_retrying`); `change` returns False
+        when there is nothing to change. Gone: nothing to do."""
+
+        def logged(live: Obj) -> bool:
+            if not change(live):
+                return False
             log.info("garbage collector: updating %s %s/%s", res.group_resource, ns, name)
-            try:
-                await self.client.update(res, live)
-                return
-            except ApiError as exc:
-                if exc.code == 404:
-                    return
-                if exc.code != 409:
-                    raise
-        raise ApiError(409, "Conflict", f"{res.group_resource} {ns}/{name}: too many conflicts")
+            return True
+
+        await update_retrying(self.client, res, name, logged, ns, uid=uid)
 
     async def _delete(self, res: ResourceInfo, ns: str, name: str, uid: str, policy: str) -> None:
         try:

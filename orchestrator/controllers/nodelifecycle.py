@@ -68,6 +68,7 @@ from orchestrator.controllers.runtime.informer import (
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.controllers.writes import update_retrying
 from orchestrator.kube.conditions import get_condition
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
@@ -99,7 +100,6 @@ NEVER_REASON = "NodeStatusNeverUpdated"
 NEVER_MESSAGE = "Kubelet never posted node status."
 # Conditions the monitor sets to Unknown along with Ready (as upstream).
 _CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
-UPDATE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,25 +226,6 @@ class NodeLifecycleController(Controller):
             requeue_after=min(opts.monitor_period, wait) if wait > 0 else opts.monitor_period
         )
 
-    async def _update(self, name: str, change: Callable[[Obj], bool], sub: str = "") -> Obj | None:
-        for _ in range(UPDATE_ATTEMPTS):
-            try:
-                live = await self.client.get(NODES, name)
-            except ApiError as exc:
-                if exc.code == 404:
-                    return None
-                raise
-            if not change(live):
-                return live
-            try:
-                return await self.client.update(NODES, live, subresource=sub)
-            except ApiError as exc:
-                if exc.code == 404:
-                    return None
-                if exc.code != 409:
-                    raise
-        raise ApiError(409, "Conflict", f"node {name}: too many conflicts")
-
     async def _mark_unknown(self, name: str) -> Obj | None:
         stamp = now_rfc3339(self.clock())
 
@@ -274,7 +255,7 @@ class NodeLifecycleController(Controller):
             status["conditions"] = conditions
             return changed
 
-        return await self._update(name, change, "status")
+        return await update_retrying(self.client, NODES, name, change, subresource="status")
 
     async def _sync_taints(self, name: str, wanted: str | None) -> None:
         """Make the node's lifecycle taints exactly `wanted` with both effects (NoExecute for
@@ -317,7 +298,7 @@ class NodeLifecycleController(Controller):
             return True
 
         log.info("node %s: lifecycle taint -> %s", name, wanted or "none")
-        await self._update(name, change)
+        await update_retrying(self.client, NODES, name, change)
 
 
 # ------------------------------------------------------------------------------ taint manager
