@@ -173,7 +173,7 @@ def namespace_controller(
 ) -> Controller:
     """The namespace `Controller` over this server's API (every namespaced kind it serves,
     Events included, is emptied)."""
-    from orchestrator.controllers.gc import served_resources
+    from orchestrator.controllers.gc.kinds import served_resources
 
     registry = ctx.client.api.registry
     return NamespaceController(

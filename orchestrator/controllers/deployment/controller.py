@@ -19,11 +19,7 @@ from orchestrator.controllers.deployment.util import (
     spec_of,
     status_of,
 )
-from orchestrator.controllers.podutil import (
-    ensure_orphan_index,
-    labels_of,
-    meta,
-)
+from orchestrator.controllers.podutil import ensure_orphan_index, labels_of, meta
 from orchestrator.controllers.runtime.client import DEPLOYMENTS, PODS, REPLICASETS
 from orchestrator.controllers.runtime.controller import Controller, Result, enqueue_owner
 from orchestrator.controllers.runtime.informer import (

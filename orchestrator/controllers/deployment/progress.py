@@ -23,10 +23,7 @@ from orchestrator.controllers.deployment.util import (
     status_of,
     sum_of,
 )
-from orchestrator.controllers.podutil import (
-    int_value,
-    meta,
-)
+from orchestrator.controllers.podutil import int_value, meta
 from orchestrator.kube.conditions import (
     get_condition,
     new_condition,

@@ -11,15 +11,9 @@ from orchestrator.controllers.deployment.util import (
     status_of,
     sum_of,
 )
-from orchestrator.controllers.podutil import (
-    Cache,
-    int_value,
-    meta,
-)
+from orchestrator.controllers.podutil import Cache, int_value, meta
 from orchestrator.controllers.runtime.controller import Result
-from orchestrator.controllers.runtime.informer import (
-    OWNER_INDEX,
-)
+from orchestrator.controllers.runtime.informer import OWNER_INDEX
 from orchestrator.kube.objects import Obj
 
 

@@ -64,14 +64,8 @@ from orchestrator.controllers.podutil import (
 from orchestrator.controllers.runtime.client import DEPLOYMENTS, REPLICASETS, Client
 from orchestrator.controllers.runtime.controller import Result
 from orchestrator.controllers.runtime.events import EventRecorder
-from orchestrator.controllers.runtime.informer import (
-    controller_of,
-)
-from orchestrator.kube.conditions import (
-    get_condition,
-    new_condition,
-    set_condition,
-)
+from orchestrator.controllers.runtime.informer import controller_of
+from orchestrator.kube.conditions import get_condition, new_condition, set_condition
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.jsonvalue import copy_json
 from orchestrator.kube.objects import Obj

@@ -9,12 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from orchestrator.controllers.podutil import (
-    POD_TEMPLATE_HASH_LABEL,
-    creation_time,
-    int_value,
-    meta,
-)
+from orchestrator.controllers.podutil import POD_TEMPLATE_HASH_LABEL, creation_time, int_value, meta
 from orchestrator.kube.objects import Obj
 
 API_VERSION = "apps/v1"
