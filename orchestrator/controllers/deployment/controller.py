@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from orchestrator.controllers.adoption import claim_dependents
+from orchestrator.controllers.adoption import claim_dependents, watch_orphans
 from orchestrator.controllers.deployment.recreate import recreate_update
 from orchestrator.controllers.deployment.rolling import rolling_update
 from orchestrator.controllers.deployment.sync import DeploymentSync, Sync, is_scaling_event
@@ -19,21 +19,18 @@ from orchestrator.controllers.deployment.util import (
     spec_of,
     status_of,
 )
-from orchestrator.controllers.podutil import ensure_orphan_index, labels_of, meta
+from orchestrator.controllers.podutil import ensure_orphan_index, meta
 from orchestrator.controllers.runtime.client import DEPLOYMENTS, PODS, REPLICASETS
 from orchestrator.controllers.runtime.controller import Controller, Result, enqueue_owner
 from orchestrator.controllers.runtime.informer import (
-    NAMESPACE_INDEX,
     SharedInformer,
     controller_of,
     deleted_object,
-    object_key,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.jsonvalue import copy_json
-from orchestrator.kube.objects import Obj
-from orchestrator.kube.selectors import LabelSelector, from_label_selector_object
+from orchestrator.kube.selectors import from_label_selector_object
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +90,6 @@ class DeploymentReconciler(DeploymentSync):
 
 
 # ================================================================================== wiring
-def _selector(obj: Obj) -> LabelSelector | None:
-    try:
-        sel = from_label_selector_object(spec_of(obj).get("selector"))
-    except ApiError:
-        return None
-    return None if sel.empty() else sel
-
-
 def deployment_controller(ctx: ControllerContext, *, workers: int = DEFAULT_WORKERS) -> Controller:
     """The Deployment controller for one term of leadership (see the module doc)."""
     deployments = ctx.informers.informer(DEPLOYMENTS)
@@ -111,36 +100,9 @@ def deployment_controller(ctx: ControllerContext, *, workers: int = DEFAULT_WORK
     controller = Controller("deployment", reconciler, workers, metrics=ctx.metrics)
     controller.watches(deployments)
     controller.watches(replicasets, enqueue_owner(KIND, API_VERSION))
-    _watch_orphan_replicasets(controller, deployments, replicasets)
+    watch_orphans(controller, deployments, replicasets)
     _watch_pod_deletions(controller, replicasets, pods)
     return controller
-
-
-def _watch_orphan_replicasets(
-    controller: Controller, deployments: SharedInformer, replicasets: SharedInformer
-) -> None:
-    """ReplicaSets without a controller enqueue the Deployments of their namespace that select
-    them (adoption; release when labels change)."""
-
-    def enqueue_matching(rs: Obj) -> None:
-        if controller_of(rs) is not None:
-            return
-        labels = labels_of(rs)
-        for d in deployments.by_index(NAMESPACE_INDEX, str(meta(rs).get("namespace") or "")):
-            sel = _selector(d)
-            if sel is not None and sel.matches(labels):
-                controller.enqueue(object_key(d))
-
-    def updated(old: Obj, new: Obj) -> None:
-        enqueue_matching(new)
-        if labels_of(old) != labels_of(new):
-            enqueue_matching(old)
-
-    replicasets.add_event_handler(
-        on_add=enqueue_matching,
-        on_update=updated,
-        on_delete=lambda obj: enqueue_matching(deleted_object(obj)),
-    )
 
 
 def _watch_pod_deletions(
