@@ -91,7 +91,7 @@ class DeploymentReconciler(DeploymentSync):
 
 # ================================================================================== wiring
 def deployment_controller(ctx: ControllerContext, *, workers: int = DEFAULT_WORKERS) -> Controller:
-    """The Deployment controller for one term of leadership (see the module doc)."""
+    """The Deployment controller for one term of leadership (see the package doc)."""
     deployments = ctx.informers.informer(DEPLOYMENTS)
     replicasets = ctx.informers.informer(REPLICASETS)
     ensure_orphan_index(replicasets)

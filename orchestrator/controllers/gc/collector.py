@@ -53,7 +53,7 @@ class _Reconciler:
 
 
 class GarbageCollector(Controller):
-    """The garbage collector (see the module doc): the attempt-to-delete controller, which also
+    """The garbage collector (see the package doc): the attempt-to-delete controller, which also
     runs the graph's informers and the attempt-to-orphan controller.
 
     `kinds()` lists the resources to watch (called at start and every `kinds_period` s);
@@ -203,7 +203,7 @@ class GarbageCollector(Controller):
         return owner is not None and not owner.virtual and not owner.being_deleted
 
     async def _owner_state(self, ref: OwnerRef, dependent: GraphNode) -> str:
-        """SOLID, DANGLING or WAITING, from a GET unless known absent (see the module doc)."""
+        """SOLID, DANGLING or WAITING, from a GET unless known absent (see the package doc)."""
         if self.graph.is_absent(ref.uid):
             return DANGLING
         if self._cached_solid(ref):

@@ -93,7 +93,7 @@ class Work:
 
 
 class Graph:
-    """The owner/dependent graph (see the module doc); synchronous, no I/O.
+    """The owner/dependent graph (see the package doc); synchronous, no I/O.
 
     `namespaced(api_version, kind)` says whether an owner kind is namespaced (None: unknown
     kind), to place virtual nodes. Invariants: `b in nodes[a].dependents` iff `a` is the uid of
