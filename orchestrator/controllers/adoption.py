@@ -1,5 +1,6 @@
 """Adopting and releasing dependents: the I/O around `podutil.claim`, shared by the controllers
-that own objects by label selector (Deployment -> ReplicaSets, ReplicaSet -> Pods).
+that own objects by label selector (Deployment -> ReplicaSets, ReplicaSet -> Pods), and the
+informer handler that sends orphans to the owners that may adopt them (`watch_orphans`).
 
 Invariants (upstream's ControllerRefManager): an orphan is adopted only after a direct, uncached
 read shows the owner still exists with the same uid and is not being deleted; every adopt or
@@ -12,12 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.client.resource import ResourceInfo
-from orchestrator.controllers.podutil import ORPHAN_INDEX, claim, controller_ref, meta
+from orchestrator.controllers.podutil import ORPHAN_INDEX, claim, controller_ref, labels_of, meta
 from orchestrator.controllers.runtime.client import Client
-from orchestrator.controllers.runtime.informer import OWNER_INDEX, object_key
+from orchestrator.controllers.runtime.controller import Controller
+from orchestrator.controllers.runtime.informer import (
+    NAMESPACE_INDEX,
+    OWNER_INDEX,
+    SharedInformer,
+    controller_of,
+    deleted_object,
+    object_key,
+)
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
-from orchestrator.kube.selectors import LabelSelector
+from orchestrator.kube.selectors import LabelSelector, from_label_selector_object
 
 
 async def claim_dependents(
@@ -69,3 +78,40 @@ async def _patch_refs(client: Client, res: ResourceInfo, obj: Obj, refs: list[Ob
         if exc.code == 404:
             return None
         raise
+
+
+def selector_of(owner: Obj) -> LabelSelector | None:
+    """An owner's `spec.selector`, None when it is invalid or empty (selects nothing to adopt)."""
+    try:
+        sel = from_label_selector_object((owner.get("spec") or {}).get("selector"))
+    except ApiError:
+        return None
+    return None if sel.empty() else sel
+
+
+def watch_orphans(
+    controller: Controller, owners: SharedInformer, dependents: SharedInformer
+) -> None:
+    """Dependents without a controller enqueue every owner of their namespace whose selector
+    matches them (so orphans are adopted, and dependents whose labels changed are released).
+    `owners` needs the NAMESPACE_INDEX."""
+
+    def enqueue_matching(obj: Obj) -> None:
+        if controller_of(obj) is not None:
+            return
+        labels = labels_of(obj)
+        for owner in owners.by_index(NAMESPACE_INDEX, str(meta(obj).get("namespace") or "")):
+            sel = selector_of(owner)
+            if sel is not None and sel.matches(labels):
+                controller.enqueue(object_key(owner))
+
+    def updated(old: Obj, new: Obj) -> None:
+        enqueue_matching(new)
+        if labels_of(old) != labels_of(new):
+            enqueue_matching(old)
+
+    dependents.add_event_handler(
+        on_add=enqueue_matching,
+        on_update=updated,
+        on_delete=lambda obj: enqueue_matching(deleted_object(obj)),
+    )

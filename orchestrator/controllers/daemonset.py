@@ -104,6 +104,7 @@ from orchestrator.controllers.runtime.informer import (
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.controllers.writes import finish_sync
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.taints import tolerates
@@ -417,11 +418,6 @@ def _surge(
     plan.create_on.extend(allowed + candidates[:room])
 
 
-def _status_changed(ds: Obj, status: Obj) -> bool:
-    have = ds.get("status") or {}
-    return any(have.get(k, 0) != v for k, v in status.items())
-
-
 # ------------------------------------------------------------------------------ reconciler
 def _node_facts(node: Obj) -> tuple[object, ...]:
     s = spec(node)
@@ -504,20 +500,9 @@ class DaemonSetController:
         errors: list[BaseException] = []
         if self.expectations.satisfied(key, self.pods, self.clock()):
             errors = await self._act(key, ds, plan)
-        if _status_changed(ds, plan.status):
-            ns, name = key.split("/", 1)
-            try:
-                await self.client.patch(
-                    DAEMONSETS, name, {"status": plan.status}, ns, subresource="status"
-                )
-            except ApiError as exc:
-                if exc.code != 404:
-                    raise
-        if errors:
-            raise errors[0]
-        if plan.requeue_after:
-            return Result(requeue_after=plan.requeue_after)
-        return Result()
+        return await finish_sync(
+            self.client, DAEMONSETS, key, ds, plan.status, errors, plan.requeue_after, absent=0
+        )
 
     async def _act(self, key: str, ds: Obj, plan: DaemonSetPlan) -> list[BaseException]:
         errors: list[BaseException] = []

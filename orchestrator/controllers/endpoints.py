@@ -30,6 +30,7 @@ import logging
 from typing import Any
 
 from orchestrator.client.resource import ENDPOINTS, PODS, SERVICES
+from orchestrator.controllers.podutil import is_pod_ready
 from orchestrator.controllers.runtime.client import Client
 from orchestrator.controllers.runtime.controller import Controller, Result
 from orchestrator.controllers.runtime.informer import (
@@ -52,13 +53,6 @@ WORKERS = 5  # --concurrent-endpoint-syncs
 
 def _selects(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
-
-
-def _ready(pod: Obj) -> bool:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
 
 
 def _resolve_port(pod: Obj, target: Any) -> int | None:
@@ -115,7 +109,7 @@ def desired_subsets(service: Obj, pods: list[Obj]) -> list[Obj]:
         if svc_ports and not ports:
             continue
         ready, not_ready = groups.setdefault(tuple(sorted(ports)), ([], []))
-        (ready if publish_not_ready or _ready(pod) else not_ready).append(_address(pod))
+        (ready if publish_not_ready or is_pod_ready(pod) else not_ready).append(_address(pod))
     subsets = []
     for ports_key in sorted(groups):
         ready, not_ready = groups[ports_key]

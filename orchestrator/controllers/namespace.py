@@ -35,6 +35,7 @@ from orchestrator.controllers.runtime.controller import Controller, Result
 from orchestrator.controllers.runtime.informer import InformerFactory
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.controllers.writes import update_retrying
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339
@@ -47,7 +48,6 @@ log = logging.getLogger(__name__)
 KUBERNETES_FINALIZER = "kubernetes"
 WORKERS = 10  # --concurrent-namespace-syncs
 RECHECK = 1.0  # seconds between passes while content remains
-UPDATE_ATTEMPTS = 5
 
 
 class NamespaceController:
@@ -113,26 +113,6 @@ class NamespaceController:
                         failures.append(f"{res.group_resource}/{meta.get('name')}: {exc}")
         return remaining, failures
 
-    async def _update(self, name: str, change: Callable[[Obj], bool], *, status: bool) -> None:
-        for _ in range(UPDATE_ATTEMPTS):
-            try:
-                live = await self.client.get(NAMESPACES, name)
-            except ApiError as exc:
-                if exc.code == 404:
-                    return
-                raise
-            if not change(live):
-                return
-            try:
-                await self.client.update(NAMESPACES, live, subresource="status" if status else "")
-                return
-            except ApiError as exc:
-                if exc.code == 404:
-                    return
-                if exc.code != 409:
-                    raise
-        raise ApiError(409, "Conflict", f"namespace {name}: too many conflicts")
-
     async def _finalize(self, name: str) -> None:
         def change(ns: Obj) -> bool:
             spec = ns.setdefault("spec", {})
@@ -142,7 +122,7 @@ class NamespaceController:
             spec["finalizers"] = [f for f in finalizers if f != KUBERNETES_FINALIZER]
             return True
 
-        await self._update(name, change, status=False)
+        await update_retrying(self.client, NAMESPACES, name, change)
 
     async def _set_conditions(
         self, name: str, remaining: dict[str, int], failures: list[str]
@@ -183,7 +163,7 @@ class NamespaceController:
             return changed
 
         try:
-            await self._update(name, change, status=True)
+            await update_retrying(self.client, NAMESPACES, name, change, subresource="status")
         except ApiError as exc:
             log.info("namespace %s: conditions not written: %s", name, exc)
 
@@ -193,7 +173,7 @@ def namespace_controller(
 ) -> Controller:
     """The namespace `Controller` over this server's API (every namespaced kind it serves,
     Events included, is emptied)."""
-    from orchestrator.controllers.gc import served_resources
+    from orchestrator.controllers.gc.kinds import served_resources
 
     registry = ctx.client.api.registry
     return NamespaceController(

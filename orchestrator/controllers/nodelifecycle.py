@@ -68,6 +68,8 @@ from orchestrator.controllers.runtime.informer import (
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.controllers.writes import update_retrying
+from orchestrator.kube.conditions import get_condition
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339, parse_rfc3339
@@ -99,7 +101,6 @@ NEVER_REASON = "NodeStatusNeverUpdated"
 NEVER_MESSAGE = "Kubelet never posted node status."
 # Conditions the monitor sets to Unknown along with Ready (as upstream).
 _CONDITIONS = ("Ready", "MemoryPressure", "DiskPressure", "PIDPressure")
-UPDATE_ATTEMPTS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +158,6 @@ def eviction_delay(tolerations: list[Obj], taints: list[Obj]) -> float | None:
     return delay
 
 
-def _condition(node: Obj, ctype: str) -> Obj | None:
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == ctype:
-            return c
-    return None
-
-
 def _no_execute_taints(node: Obj) -> list[Obj]:
     taints = (node.get("spec") or {}).get("taints") or []
     return [t for t in taints if isinstance(t, dict) and t.get("effect") == NO_EXECUTE]
@@ -171,7 +165,7 @@ def _no_execute_taints(node: Obj) -> list[Obj]:
 
 def wanted_taint(node: Obj) -> str | None:
     """The lifecycle taint the node's Ready condition calls for."""
-    ready = _condition(node, "Ready")
+    ready = get_condition(node.get("status"), "Ready")
     status = (ready or {}).get("status", "Unknown")
     if status == "True":
         return None
@@ -211,7 +205,7 @@ class NodeLifecycleController(Controller):
         opts = self.options
         lease = self.leases.get(f"{opts.lease_namespace}/{key}") or {}
         renew = str((lease.get("spec") or {}).get("renewTime") or "")
-        ready = _condition(node, "Ready") or {}
+        ready = get_condition(node.get("status"), "Ready") or {}
         now = trio.current_time()
         probe = self.tracker.observe(key, (renew, str(ready.get("lastHeartbeatTime") or "")), now)
         if now - probe > opts.grace_period and ready.get("status") != "Unknown":
@@ -226,25 +220,6 @@ class NodeLifecycleController(Controller):
         return Result(
             requeue_after=min(opts.monitor_period, wait) if wait > 0 else opts.monitor_period
         )
-
-    async def _update(self, name: str, change: Callable[[Obj], bool], sub: str = "") -> Obj | None:
-        for _ in range(UPDATE_ATTEMPTS):
-            try:
-                live = await self.client.get(NODES, name)
-            except ApiError as exc:
-                if exc.code == 404:
-                    return None
-                raise
-            if not change(live):
-                return live
-            try:
-                return await self.client.update(NODES, live, subresource=sub)
-            except ApiError as exc:
-                if exc.code == 404:
-                    return None
-                if exc.code != 409:
-                    raise
-        raise ApiError(409, "Conflict", f"node {name}: too many conflicts")
 
     async def _mark_unknown(self, name: str) -> Obj | None:
         stamp = now_rfc3339(self.clock())
@@ -275,7 +250,7 @@ class NodeLifecycleController(Controller):
             status["conditions"] = conditions
             return changed
 
-        return await self._update(name, change, "status")
+        return await update_retrying(self.client, NODES, name, change, subresource="status")
 
     async def _sync_taints(self, name: str, wanted: str | None) -> None:
         """Make the node's lifecycle taints exactly `wanted` with both effects (NoExecute for
@@ -318,7 +293,7 @@ class NodeLifecycleController(Controller):
             return True
 
         log.info("node %s: lifecycle taint -> %s", name, wanted or "none")
-        await self._update(name, change)
+        await update_retrying(self.client, NODES, name, change)
 
 
 # ------------------------------------------------------------------------------ taint manager

@@ -46,6 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from orchestrator.kube.conditions import condition_true, get_condition
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import parse_rfc3339
 from orchestrator.kube.selectors import LabelSelector
@@ -126,22 +127,14 @@ def is_pod_active(pod: Obj) -> bool:
     return phase not in ("Succeeded", "Failed") and not meta(pod).get("deletionTimestamp")
 
 
-def _ready_condition(pod: Obj) -> Obj | None:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == "Ready":
-            return cond
-    return None
-
-
 def is_pod_ready(pod: Obj) -> bool:
-    cond = _ready_condition(pod)
-    return cond is not None and cond.get("status") == "True"
+    return condition_true(pod.get("status"), "Ready")
 
 
 def pod_ready_since(pod: Obj) -> float | None:
     """When the pod became ready (its Ready condition's lastTransitionTime), None if not ready;
     0.0 when ready but the time is unknown."""
-    cond = _ready_condition(pod)
+    cond = get_condition(pod.get("status"), "Ready")
     if cond is None or cond.get("status") != "True":
         return None
     return parse_rfc3339(str(cond.get("lastTransitionTime") or "")) or 0.0

@@ -47,7 +47,7 @@ from typing import Any
 
 import trio
 
-from orchestrator.controllers.adoption import claim_dependents
+from orchestrator.controllers.adoption import claim_dependents, watch_orphans
 from orchestrator.controllers.podutil import (
     Cache,
     Expectations,
@@ -66,18 +66,15 @@ from orchestrator.controllers.runtime.client import PODS, REPLICASETS, Client
 from orchestrator.controllers.runtime.controller import Controller, Result, enqueue_owner
 from orchestrator.controllers.runtime.events import EventRecorder
 from orchestrator.controllers.runtime.informer import (
-    NAMESPACE_INDEX,
-    SharedInformer,
-    controller_of,
-    deleted_object,
     object_key,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
+from orchestrator.kube.conditions import get_condition
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.jsonvalue import copy_json
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339
-from orchestrator.kube.selectors import LabelSelector, from_label_selector_object
+from orchestrator.kube.selectors import from_label_selector_object
 
 __all__ = [
     "BURST_REPLICAS",
@@ -166,13 +163,6 @@ def pod_from_template(rs: Obj) -> Obj:
         "metadata": pod_meta,
         "spec": copy_json(template.get("spec") or {}),
     }
-
-
-def _condition(status: Obj, ctype: str) -> Obj | None:
-    for cond in status.get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == ctype:
-            return cond
-    return None
 
 
 def _without_nones(status: Obj) -> Obj:
@@ -319,7 +309,7 @@ class ReplicaSetReconciler:
         ready = sum(1 for p in active if is_pod_ready(p))
         available = sum(1 for p in active if is_pod_available(p, min_ready, now))
         conditions = [c for c in old.get("conditions") or [] if c.get("type") != "ReplicaFailure"]
-        failure = _condition(old, "ReplicaFailure")
+        failure = get_condition(old, "ReplicaFailure")
         replicas = int_value(spec.get("replicas"), 1)
         if error is not None and (
             (reason == "FailedCreate" and len(active) < replicas)
@@ -382,13 +372,6 @@ class ReplicaSetReconciler:
         return Result()
 
 
-def _selector_of(rs: Obj) -> LabelSelector | None:
-    try:
-        return from_label_selector_object((rs.get("spec") or {}).get("selector"))
-    except ApiError:
-        return None
-
-
 def replicaset_controller(
     ctx: ControllerContext, *, workers: int = DEFAULT_WORKERS, burst: int = BURST_REPLICAS
 ) -> Controller:
@@ -402,32 +385,5 @@ def replicaset_controller(
     controller = Controller("replicaset", reconciler, workers, metrics=ctx.metrics)
     controller.watches(rs_informer)
     controller.watches(pod_informer, enqueue_owner(RS_KIND, RS_API_VERSION))
-    _watch_orphans(controller, rs_informer, pod_informer)
+    watch_orphans(controller, rs_informer, pod_informer)
     return controller
-
-
-def _watch_orphans(
-    controller: Controller, rs_informer: SharedInformer, pod_informer: SharedInformer
-) -> None:
-    """Pods without a controller enqueue every ReplicaSet of their namespace that selects them
-    (so orphans are adopted, and pods whose labels changed are released)."""
-
-    def enqueue_matching(pod: Obj) -> None:
-        if controller_of(pod) is not None:
-            return
-        labels = labels_of(pod)
-        for rs in rs_informer.by_index(NAMESPACE_INDEX, str(meta(pod).get("namespace") or "")):
-            sel = _selector_of(rs)
-            if sel is not None and not sel.empty() and sel.matches(labels):
-                controller.enqueue(object_key(rs))
-
-    def updated(old: Obj, new: Obj) -> None:
-        enqueue_matching(new)
-        if labels_of(old) != labels_of(new):
-            enqueue_matching(old)
-
-    pod_informer.add_event_handler(
-        on_add=enqueue_matching,
-        on_update=updated,
-        on_delete=lambda obj: enqueue_matching(deleted_object(obj)),
-    )

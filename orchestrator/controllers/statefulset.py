@@ -76,6 +76,7 @@ from orchestrator.controllers.runtime.events import EventRecorder
 from orchestrator.controllers.runtime.informer import OWNER_INDEX, SharedInformer
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.controllers.writes import finish_sync
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 
@@ -283,11 +284,6 @@ def plan_statefulset(
     return plan
 
 
-def _status_changed(sts: Obj, status: Obj) -> bool:
-    have = sts.get("status") or {}
-    return any(have.get(k) != v for k, v in status.items())
-
-
 # ------------------------------------------------------------------------------ reconciler
 class StatefulSetController:
     """The reconciler (see the module doc); `controller()` wires it to its informers."""
@@ -337,20 +333,9 @@ class StatefulSetController:
         templates = self._remember(key, sts, plan)
 
         errors = await self._act(sts, plan, templates)
-        if _status_changed(sts, plan.status):
-            ns, name = key.split("/", 1)
-            try:
-                await self.client.patch(
-                    STATEFULSETS, name, {"status": plan.status}, ns, subresource="status"
-                )
-            except ApiError as exc:
-                if exc.code != 404:
-                    raise
-        if errors:
-            raise errors[0]
-        if plan.requeue_after:
-            return Result(requeue_after=plan.requeue_after)
-        return Result()
+        return await finish_sync(
+            self.client, STATEFULSETS, key, sts, plan.status, errors, plan.requeue_after
+        )
 
     async def _act(
         self, sts: Obj, plan: StatefulSetPlan, templates: Mapping[str, Obj]

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from orchestrator.kube.conditions import condition_true
 from orchestrator.kube.taints import Taint, Toleration, tolerates, toleration_of
 from orchestrator.scheduler.quantity import parse_cpu_milli, parse_value
 
@@ -503,10 +504,7 @@ class NodeInfo:
         self.alloc_ephemeral = alloc.pop("ephemeral-storage", 0)
         self.alloc_pods = alloc.pop("pods", 0)
         self.alloc_scalar = alloc
-        self.ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or ()
-        )
+        self.ready = condition_true(status, "Ready")
         self.unschedulable = bool(spec.get("unschedulable"))
         taints = [
             (str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))

@@ -20,9 +20,9 @@ from orchestrator.controllers.gc import (
     FOREGROUND,
     GarbageCollector,
     Graph,
-    _graph_facts,
     garbage_collector,
 )
+from orchestrator.controllers.gc.graph import graph_facts
 from orchestrator.controllers.replicaset import replicaset_controller
 from orchestrator.controllers.runtime.client import CONFIGMAPS, DEPLOYMENTS, PODS, REPLICASETS
 from orchestrator.controllers.runtime.informer import DeletedFinalStateUnknown
@@ -432,9 +432,9 @@ def test_updates_that_change_nothing_the_graph_holds_are_skipped() -> None:
         "status": {"phase": "Pending"},
     }  # fmt: skip
     running = {**pod, "status": {"phase": "Running"}}
-    assert _graph_facts(running) == _graph_facts(pod)
+    assert graph_facts(running) == graph_facts(pod)
     orphaned = {**pod, "metadata": {**pod["metadata"], "ownerReferences": []}}
     finalizing = {**pod, "metadata": {**pod["metadata"], "finalizers": ["foregroundDeletion"]}}
     deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
     for changed in (orphaned, finalizing, deleting):
-        assert _graph_facts(changed) != _graph_facts(pod)
+        assert graph_facts(changed) != graph_facts(pod)

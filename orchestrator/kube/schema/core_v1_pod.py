@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.kube.conditions import condition_true
 from orchestrator.kube.errors import Cause
 from orchestrator.kube.jsonvalue import copy_json
 from orchestrator.kube.objects import Obj
@@ -330,13 +331,6 @@ def _terminated_reason(t: Obj, prefix: str = "") -> str:
     return f"{prefix}ExitCode:{t.get('exitCode', 0)}"
 
 
-def _condition_true(status: Obj, ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True"
-        for c in dict_list(status, "conditions")
-    )
-
-
 def pod_summary(pod: Obj, now: float) -> tuple[str, str, str]:
     """(Ready "1/2", Status, Restarts) exactly as kubectl's `printPod` computes them."""
     spec = sub(pod, "spec")
@@ -389,7 +383,7 @@ def pod_summary(pod: Obj, now: float) -> tuple[str, str, str]:
         initializing = True
         break
 
-    if not initializing or _condition_true(status, "Initialized"):
+    if not initializing or condition_true(status, "Initialized"):
         restarts, last_restart = sidecar_restarts, sidecar_last_restart
         has_running = False
         for cs in reversed(dict_list(status, "containerStatuses")):
@@ -405,7 +399,7 @@ def pod_summary(pod: Obj, now: float) -> tuple[str, str, str]:
                 has_running = True
                 ready += 1
         if reason == "Completed" and has_running:
-            reason = "Running" if _condition_true(status, "Ready") else "NotReady"
+            reason = "Running" if condition_true(status, "Ready") else "NotReady"
 
     deleting = bool(get(pod, "metadata.deletionTimestamp"))
     if deleting and status.get("reason") == "NodeLost":

@@ -1,337 +1,42 @@
-"""The garbage collector: deletes objects whose owners are gone, and carries out foreground and
-orphan deletion of owners.
-
-Theory of operation
--------------------
-Three parts, as in kube-controller-manager's garbagecollector:
-
-* **The graph** (`Graph`, no I/O): `uid -> GraphNode`, built from informers over every served
-  kind that can own or be owned (all kinds but Events, custom kinds included; kinds that appear
-  later, from new CRDs, get informers within `kinds_period`). Each node keeps its owner
-  references and the uids of its dependents. An owner referenced before it has been observed
-  (or one that is never observed because its kind is not watched) gets a *virtual* node, which
-  must be verified by a GET. The informers' handlers call `Graph.observe` / `Graph.forget`
-  synchronously; in trio that makes the graph single-writer without a lock. Each call returns
-  the uids to enqueue on the two work queues.
-* **attempt-to-delete** (`GarbageCollector`, a `Controller` over uids, `workers` = 20):
-  - a virtual node: GET it; 404 or another uid -> it is absent: drop it and enqueue its
-    dependents;
-  - an owner with a deletionTimestamp and the `foregroundDeletion` finalizer ("deleting its
-    dependents"): when no dependent with `blockOwnerDeletion: true` remains in the graph,
-    remove the finalizer (the API server then deletes the owner); else enqueue those dependents;
-  - a dependent: classify each owner as *solid* (exists, same uid, not deleting dependents),
-    *dangling* (404 or another uid: an owner recreated with the same name is not the owner) or
-    *waiting* (deleting its dependents). Some solid -> strip the references to dangling/waiting
-    owners; none solid and some waiting -> delete in the foreground if it has dependents of its
-    own, else with the policy its own finalizers ask for; all dangling -> delete (Background).
-    Deletes carry a uid precondition.
-* **attempt-to-orphan** (a second `Controller`): an owner with a deletionTimestamp and the
-  `orphan` finalizer: remove its ownerReferences from every dependent, then the finalizer.
-
-Invariants: a dependent is deleted only after every one of its owners was *verified* absent or
-waiting for dependents' deletion — by a GET made for that decision, by a watch DELETE event, or
-by a relist that no longer had it (uids are never reused, so "absent" never becomes stale). A
-cached "owner exists" is trusted only to do nothing. All writes are conditional (uid
-precondition on deletes, resourceVersion on updates), so a stale decision fails instead of
-landing on a newer object.
-
-Not done (as upstream, or left out): cross-namespace owner references are resolved in the
-dependent's namespace (so they look absent); a cluster-scoped dependent naming a namespaced
-owner kind is left alone; cycles of foreground deletion are not detected.
-"""
+"""The garbage collector's controllers (see the `gc` package doc): attempt-to-delete over the
+graph's uids, which also runs the graph's informers (following new kinds), and
+attempt-to-orphan. Every write is conditional: a uid precondition on deletes, the
+resourceVersion on updates (`writes.update_retrying`)."""
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from orchestrator.client import ResourceInfo
-from orchestrator.client import resource as _known
+from orchestrator.controllers.gc.graph import (
+    FOREGROUND,
+    ORPHAN,
+    Graph,
+    GraphNode,
+    OwnerRef,
+    Work,
+    graph_facts,
+    owner_refs,
+)
+from orchestrator.controllers.gc.kinds import resource_info, served_resources
 from orchestrator.controllers.runtime.client import Client
 from orchestrator.controllers.runtime.controller import Controller, Result
-from orchestrator.controllers.runtime.informer import (
-    DeletedFinalStateUnknown,
-    InformerFactory,
-    SharedInformer,
-)
+from orchestrator.controllers.runtime.informer import InformerFactory, SharedInformer
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.controllers.writes import update_retrying
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
-from orchestrator.kube.schema.kind import Kind
-from orchestrator.kube.schema.kind import Registry as KindRegistry
-
-__all__ = [
-    "FOREGROUND",
-    "ORPHAN",
-    "GarbageCollector",
-    "Graph",
-    "GraphNode",
-    "OwnerRef",
-    "garbage_collector",
-    "resource_info",
-    "served_resources",
-]
 
 log = logging.getLogger(__name__)
 
-
-FOREGROUND = "foregroundDeletion"
-ORPHAN = "orphan"
 WORKERS = 20
 KINDS_PERIOD = 30.0  # seconds between looks for new kinds (upstream's discovery resync)
 VIRTUAL_RECHECK = 60.0  # seconds between GETs of a verified owner whose kind is not watched
-ABSENT_CACHE_SIZE = 10_000
-UPDATE_ATTEMPTS = 5
-_SKIPPED = {("", "events")}  # never owners in practice; too many to cache
-
-
-# ------------------------------------------------------------------------------ kinds
-def resource_info(kind: Kind) -> ResourceInfo:
-    """The `ResourceInfo` of a served kind: the well-known constant when there is one (so
-    informers are shared with other controllers), else one built from the kind."""
-    for value in vars(_known).values():
-        if isinstance(value, ResourceInfo) and (value.group, value.version, value.plural) == (
-            kind.group,
-            kind.version,
-            kind.plural,
-        ):
-            return value
-    return ResourceInfo(
-        kind.group,
-        kind.version,
-        kind.plural,
-        kind.kind,
-        kind.namespaced,
-        kind.singular,
-        kind.short_names,
-        kind.verbs,
-        kind.categories,
-        tuple(sorted(kind.subresources)),
-    )
-
-
-def served_resources(
-    registry: KindRegistry, *, namespaced_only: bool = False, events: bool = False
-) -> list[ResourceInfo]:
-    """One resource per (group, plural) the server serves with list, watch and delete (the
-    first version seen for kinds served in several); Events only when `events`."""
-    out: dict[tuple[str, str], ResourceInfo] = {}
-    for kind in registry:
-        key = (kind.group, kind.plural)
-        if key in out or (key in _SKIPPED and not events):
-            continue
-        if namespaced_only and not kind.namespaced:
-            continue
-        if not {"list", "watch", "delete"} <= set(kind.verbs):
-            continue
-        out[key] = resource_info(kind)
-    return list(out.values())
-
-
-# ------------------------------------------------------------------------------ the graph
-@dataclass(frozen=True, slots=True)
-class OwnerRef:
-    uid: str
-    api_version: str
-    kind: str
-    name: str
-    block: bool = False  # blockOwnerDeletion
-
-
-def _graph_facts(obj: Obj) -> tuple[Any, ...]:
-    """Everything of an object `Graph.observe` reads."""
-    meta = obj.get("metadata") or {}
-    return (
-        obj.get("apiVersion"),
-        obj.get("kind"),
-        meta.get("uid"),
-        meta.get("namespace"),
-        meta.get("name"),
-        meta.get("finalizers"),
-        meta.get("deletionTimestamp"),
-        meta.get("ownerReferences"),
-    )
-
-
-def owner_refs(obj: Obj) -> tuple[OwnerRef, ...]:
-    refs = []
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("uid"):
-            refs.append(
-                OwnerRef(
-                    str(ref["uid"]),
-                    str(ref.get("apiVersion") or ""),
-                    str(ref.get("kind") or ""),
-                    str(ref.get("name") or ""),
-                    bool(ref.get("blockOwnerDeletion")),
-                )
-            )
-    return tuple(refs)
-
-
-@dataclass(slots=True, eq=False)
-class GraphNode:
-    uid: str
-    api_version: str
-    kind: str
-    namespace: str
-    name: str
-    owners: tuple[OwnerRef, ...] = ()
-    dependents: set[str] = field(default_factory=set)
-    virtual: bool = False  # referenced as an owner, not observed
-    verified: bool = False  # a virtual node a GET found to exist
-    being_deleted: bool = False  # has a deletionTimestamp
-    deleting_dependents: bool = False  # ... and the foregroundDeletion finalizer
-    orphaning: bool = False  # ... and the orphan finalizer
-    finalizers: tuple[str, ...] = ()
-
-    def blocking_dependents(self, graph: Graph) -> list[GraphNode]:
-        """Dependents whose reference to this node has blockOwnerDeletion."""
-        out = []
-        for uid in sorted(self.dependents):
-            dep = graph.nodes.get(uid)
-            if dep is not None and any(r.uid == self.uid and r.block for r in dep.owners):
-                out.append(dep)
-        return out
-
-
-@dataclass(slots=True)
-class Work:
-    """What a graph change asks the workers to look at."""
-
-    delete: set[str] = field(default_factory=set)
-    orphan: set[str] = field(default_factory=set)
-
-
-class Graph:
-    """The owner/dependent graph (see the module doc); synchronous, no I/O.
-
-    `namespaced(api_version, kind)` says whether an owner kind is namespaced (None: unknown
-    kind), to place virtual nodes. Invariants: `b in nodes[a].dependents` iff `a` is the uid of
-    one of `nodes[b].owners`, for every node `b` in the graph; a virtual node is removed once it
-    has no dependents; `absent` only holds uids verified absent."""
-
-    def __init__(
-        self,
-        namespaced: Callable[[str, str], bool | None],
-        *,
-        absent_cache_size: int = ABSENT_CACHE_SIZE,
-    ) -> None:
-        self.nodes: dict[str, GraphNode] = {}
-        self.namespaced = namespaced
-        self._absent: OrderedDict[str, None] = OrderedDict()
-        self._absent_size = absent_cache_size
-
-    # ------------------------------------------------------------------ absent owners
-    def mark_absent(self, uid: str) -> None:
-        self._absent[uid] = None
-        self._absent.move_to_end(uid)
-        while len(self._absent) > self._absent_size:
-            self._absent.popitem(last=False)
-
-    def is_absent(self, uid: str) -> bool:
-        return uid in self._absent
-
-    # ------------------------------------------------------------------ changes
-    def observe(self, obj: Obj) -> Work:
-        """An object was added or updated."""
-        work = Work()
-        meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid") or "")
-        if not uid:
-            return work
-        node = self.nodes.get(uid)
-        if node is None:
-            node = GraphNode(uid, "", "", "", "")
-            self.nodes[uid] = node
-            was_deleting, was_orphaning = False, False
-        else:
-            was_deleting, was_orphaning = node.deleting_dependents, node.orphaning
-        node.virtual = False
-        node.verified = False
-        node.api_version = str(obj.get("apiVersion") or "")
-        node.kind = str(obj.get("kind") or "")
-        node.namespace = str(meta.get("namespace") or "")
-        node.name = str(meta.get("name") or "")
-        finalizers = tuple(str(f) for f in meta.get("finalizers") or [])
-        node.finalizers = finalizers
-        node.being_deleted = bool(meta.get("deletionTimestamp"))
-        node.deleting_dependents = node.being_deleted and FOREGROUND in finalizers
-        node.orphaning = node.being_deleted and ORPHAN in finalizers
-        old, new = node.owners, owner_refs(obj)
-        node.owners = new
-        self._relink(node, old, new, work)
-        if node.deleting_dependents and not was_deleting:
-            work.delete.update(node.dependents)
-            work.delete.add(uid)
-        if node.orphaning and not was_orphaning:
-            work.orphan.add(uid)
-        return work
-
-    def forget(self, obj: Obj | DeletedFinalStateUnknown) -> Work:
-        """An object was deleted (seen by a watch or a relist): it is verified absent."""
-        if isinstance(obj, DeletedFinalStateUnknown):
-            obj = obj.obj
-        work = Work()
-        uid = str((obj.get("metadata") or {}).get("uid") or "")
-        node = self.nodes.pop(uid, None)
-        if not uid:
-            return work
-        self.mark_absent(uid)
-        if node is None:
-            return work
-        self._relink(node, node.owners, (), work)
-        work.delete.update(d for d in node.dependents if d in self.nodes)
-        return work
-
-    def remove_virtual(self, uid: str) -> Work:
-        """A virtual node was verified absent: drop it, look at its dependents again."""
-        work = Work()
-        self.mark_absent(uid)
-        node = self.nodes.get(uid)
-        if node is None or not node.virtual:
-            return work
-        del self.nodes[uid]
-        work.delete.update(d for d in node.dependents if d in self.nodes)
-        return work
-
-    def _relink(
-        self, node: GraphNode, old: tuple[OwnerRef, ...], new: tuple[OwnerRef, ...], work: Work
-    ) -> None:
-        old_by_uid = {r.uid: r for r in old}
-        new_by_uid = {r.uid: r for r in new}
-        for uid, ref in old_by_uid.items():
-            owner = self.nodes.get(uid)
-            if owner is None:
-                continue
-            if uid not in new_by_uid:
-                owner.dependents.discard(node.uid)
-                if owner.virtual and not owner.dependents:
-                    del self.nodes[uid]
-            if owner.deleting_dependents and new_by_uid.get(uid) != ref:
-                work.delete.add(uid)  # a (blocking) dependent went away or stopped blocking
-        for uid, ref in new_by_uid.items():
-            if uid in old_by_uid:
-                continue
-            owner = self.nodes.get(uid)
-            if owner is None:
-                if self.is_absent(uid):
-                    work.delete.add(node.uid)  # its owner is already known to be gone
-                    continue
-                namespaced = self.namespaced(ref.api_version, ref.kind)
-                ns = node.namespace if namespaced else ""
-                owner = GraphNode(uid, ref.api_version, ref.kind, ns, ref.name, virtual=True)
-                self.nodes[uid] = owner
-                work.delete.add(uid)  # verify it
-            owner.dependents.add(node.uid)
-            if owner.deleting_dependents:
-                work.delete.add(node.uid)
 
 
 # ------------------------------------------------------------------------------ the controller
@@ -348,7 +53,7 @@ class _Reconciler:
 
 
 class GarbageCollector(Controller):
-    """The garbage collector (see the module doc): the attempt-to-delete controller, which also
+    """The garbage collector (see the package doc): the attempt-to-delete controller, which also
     runs the graph's informers and the attempt-to-orphan controller.
 
     `kinds()` lists the resources to watch (called at start and every `kinds_period` s);
@@ -404,7 +109,7 @@ class GarbageCollector(Controller):
 
     def _updated(self, old: Obj, new: Obj) -> None:
         # Most updates (every status write) change nothing the graph holds: skip them.
-        if _graph_facts(old) != _graph_facts(new):
+        if graph_facts(old) != graph_facts(new):
             self._work(self.graph.observe(new))
 
     def _work(self, work: Work) -> None:
@@ -498,7 +203,7 @@ class GarbageCollector(Controller):
         return owner is not None and not owner.virtual and not owner.being_deleted
 
     async def _owner_state(self, ref: OwnerRef, dependent: GraphNode) -> str:
-        """SOLID, DANGLING or WAITING, from a GET unless known absent (see the module doc)."""
+        """SOLID, DANGLING or WAITING, from a GET unless known absent (see the package doc)."""
         if self.graph.is_absent(ref.uid):
             return DANGLING
         if self._cached_solid(ref):
@@ -599,22 +304,16 @@ class GarbageCollector(Controller):
     async def _update(
         self, res: ResourceInfo, ns: str, name: str, uid: str, change: Callable[[Obj], bool]
     ) -> None:
-        """Read-modify-write the object `uid` (conditional on its resourceVersion); `change`
-        returns False when there is nothing to change. Gone: nothing to do."""
-        for _ in range(UPDATE_ATTEMPTS):
-            live = await self._get(res, ns, name, uid)
-            if live is None or not change(live):
-                return
+        """Read-modify-write the object `uid` (`writes.update_retrying`); `change` returns False
+        when there is nothing to change. Gone: nothing to do."""
+
+        def logged(live: Obj) -> bool:
+            if not change(live):
+                return False
             log.info("garbage collector: updating %s %s/%s", res.group_resource, ns, name)
-            try:
-                await self.client.update(res, live)
-                return
-            except ApiError as exc:
-                if exc.code == 404:
-                    return
-                if exc.code != 409:
-                    raise
-        raise ApiError(409, "Conflict", f"{res.group_resource} {ns}/{name}: too many conflicts")
+            return True
+
+        await update_retrying(self.client, res, name, logged, ns, uid=uid)
 
     async def _delete(self, res: ResourceInfo, ns: str, name: str, uid: str, policy: str) -> None:
         try:
