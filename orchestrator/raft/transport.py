@@ -45,8 +45,9 @@ Invariants:
   handshake, a certificate either side does not accept, or a refusal frame: those say the peer
   is alive but will not talk to us. It is called after every message
   that connection delivered went into `inbound` (`statistics().received` counts them).
-- Fault injection happens on the sending side only (`FaultInjector.plan`), so one injector can be
-  shared by every transport of a test cluster.
+- Fault injection happens on the sending side only (`Faults.plan`; the test kit's
+  `testing.faults.FaultInjector`), so one injector can be shared by every transport of a test
+  cluster.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 import trio
@@ -72,7 +73,7 @@ from orchestrator.raft.types import Message, NodeId
 
 __all__ = [
     "Address",
-    "FaultInjector",
+    "Faults",
     "PeerTLS",
     "PeerTransport",
     "TransportStatistics",
@@ -105,95 +106,19 @@ class PeerTLS:
     identify: Callable[[bytes | None], int | str]
 
 
-class FaultInjector:
-    """Test hook deciding, per message, how many copies are delivered and after what delay.
+class Faults(Protocol):
+    """The fault hook `send` consults (`orchestrator.testing.faults.FaultInjector` is the one
+    the tests and `--enable-fault-injection` use): `plan(msg)` gives the delays (seconds) after
+    which copies of msg are delivered, [] to drop it. The control methods are what the client
+    port's "faults" op calls."""
 
-    `plan` is pure apart from consuming `rng`, so a seeded rng and the same sequence of calls
-    reproduce the same faults. The rng is consumed only for active faults (one draw for a drop
-    decision if `drop_rate > 0`, one for duplication if `dup_rate > 0`, one per copy if the delay
-    range is non-zero).
+    def plan(self, msg: Message) -> list[float]: ...
 
-    Partitions: with `partition(*groups)` active, a message flows iff some group contains both
-    its sender and its receiver (groups may overlap to model a bridge node; a node in no group is
-    cut off). `isolate(n)` additionally cuts n off from everyone. `heal` clears all faults.
-    """
+    def partition(self, *groups: set[NodeId]) -> None: ...
 
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self._drop_rate = 0.0
-        self._dup_rate = 0.0
-        self._delay: tuple[float, float] = (0.0, 0.0)
-        self._groups: tuple[frozenset[NodeId], ...] | None = None
-        self._isolated: set[NodeId] = set()
+    def isolate(self, node_id: NodeId) -> None: ...
 
-    @property
-    def drop_rate(self) -> float:
-        return self._drop_rate
-
-    @drop_rate.setter
-    def drop_rate(self, value: float) -> None:
-        self._drop_rate = _probability(value, "drop_rate")
-
-    @property
-    def dup_rate(self) -> float:
-        return self._dup_rate
-
-    @dup_rate.setter
-    def dup_rate(self, value: float) -> None:
-        self._dup_rate = _probability(value, "dup_rate")
-
-    @property
-    def delay(self) -> tuple[float, float]:
-        return self._delay
-
-    @delay.setter
-    def delay(self, value: tuple[float, float]) -> None:
-        lo, hi = float(value[0]), float(value[1])
-        if not (0.0 <= lo <= hi < math.inf):
-            raise ValueError(f"delay must be a finite range 0 <= lo <= hi, got {value!r}")
-        self._delay = (lo, hi)
-
-    def partition(self, *groups: set[NodeId]) -> None:
-        """Replace any partition: from now on messages only flow inside a group."""
-        self._groups = tuple(frozenset(g) for g in groups)
-
-    def isolate(self, node_id: NodeId) -> None:
-        self._isolated.add(node_id)
-
-    def heal(self) -> None:
-        """Clear partitions, isolation, drop and duplication rates and delay."""
-        self._groups = None
-        self._isolated.clear()
-        self._drop_rate = 0.0
-        self._dup_rate = 0.0
-        self._delay = (0.0, 0.0)
-
-    def allows(self, frm: NodeId, to: NodeId) -> bool:
-        """Whether the network topology (partitions, isolation) lets frm reach to."""
-        if frm in self._isolated or to in self._isolated:
-            return False
-        if self._groups is None:
-            return True
-        return any(frm in g and to in g for g in self._groups)
-
-    def plan(self, msg: Message) -> list[float]:
-        """Delays (seconds) after which copies of msg are delivered; [] means dropped."""
-        if not self.allows(msg.frm, msg.to):
-            return []
-        if self._drop_rate > 0.0 and self.rng.random() < self._drop_rate:
-            return []
-        copies = 2 if self._dup_rate > 0.0 and self.rng.random() < self._dup_rate else 1
-        lo, hi = self._delay
-        if hi == 0.0:
-            return [0.0] * copies
-        return [self.rng.uniform(lo, hi) for _ in range(copies)]
-
-
-def _probability(value: float, what: str) -> float:
-    v = float(value)
-    if not 0.0 <= v <= 1.0:
-        raise ValueError(f"{what} must be in [0, 1], got {value!r}")
-    return v
+    def heal(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +132,7 @@ class TransportStatistics:
     dropped_unknown_peer: int  # sent to a node id we have no address for
     reconnects: int  # outbound connection attempts after the first, over all peers
     connected_peers: frozenset[NodeId]  # peers with an established outbound connection now
-    dropped_faults: int = 0  # dropped by the FaultInjector
+    dropped_faults: int = 0  # dropped by the fault hook (`Faults`)
     dropped_misrouted: int = 0  # inbound with the wrong `to`, or `frm` != hello id
     dropped_inbound_full: int = 0  # `inbound` was full (or closed by its reader)
     dropped_send_failed: int = 0  # taken from a queue but lost with a broken connection
@@ -255,7 +180,7 @@ class PeerTransport:
         listen: Address,
         peers: dict[NodeId, Address],
         *,
-        faults: FaultInjector | None = None,
+        faults: Faults | None = None,
         max_frame: int = MAX_FRAME,
         queue_size: int = 4096,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),

@@ -335,11 +335,6 @@ class StoreClient:
         assert kv is not None
         return kv
 
-    async def remove(self, key: str, expected_mod_revision: int | None = None) -> KeyValue:
-        kv = _kv(await self.call("remove_key", key, expected_mod_revision))
-        assert kv is not None
-        return kv
-
     async def get_kv(
         self, key: str, *, revision: int = 0, linearizable: bool = True
     ) -> KeyValue | None:

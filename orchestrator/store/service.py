@@ -89,7 +89,7 @@ log = logging.getLogger("orchestrator.store.service")
 MAX_CLIENT_FRAME = 4 << 20
 BACKUP_CHUNK = 1 << 20  # bytes of store image per "chunk" frame (clients read 64 MiB frames)
 STORE_OPS = frozenset(
-    {"put", "cas", "delete", "get", "create", "update", "remove_key", "kv", "range", "revision"}
+    {"put", "cas", "delete", "get", "create", "update", "kv", "range", "revision"}
 )
 MAX_IN_FLIGHT_PER_CONN = 1024
 HANDSHAKE_TIMEOUT = 10.0  # an accepted connection that has not completed TLS by then is closed
@@ -561,9 +561,6 @@ class ClientService:
                 _str(args[0], "key"), _bytes(args[1], "value"), expected_mod_revision=guard
             )
             return kv_wire(kv)
-        if op == "remove_key":
-            guard = None if len(args) < 2 or args[1] is None else _nonneg(args[1], "revision")
-            return kv_wire(await store.delete(_str(args[0], "key"), expected_mod_revision=guard))
         if op == "kv":
             kv = await store.get(
                 _str(args[0], "key"),

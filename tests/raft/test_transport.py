@@ -21,8 +21,9 @@ import trio
 from orchestrator.raft import transport as transport_module
 from orchestrator.raft.codec import encode_message
 from orchestrator.raft.framing import encode_frame
-from orchestrator.raft.transport import FaultInjector, PeerTransport
+from orchestrator.raft.transport import PeerTransport
 from orchestrator.raft.types import Entry, Message, MsgType, NodeId
+from orchestrator.testing.faults import FaultInjector
 
 LOCAL = "127.0.0.1"
 FAST = (0.005, 0.02)  # reconnect backoff for tests
