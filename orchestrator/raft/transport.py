@@ -69,6 +69,7 @@ import trio
 
 from orchestrator.raft.codec import CodecError, decode_message, encode_message
 from orchestrator.raft.framing import MAX_FRAME, FrameDecoder, FramingError, encode_frame
+from orchestrator.raft.tlsstream import TLSStream, tls_alert, tls_reason
 from orchestrator.raft.types import Message, NodeId
 
 __all__ = [
@@ -77,7 +78,6 @@ __all__ = [
     "PeerTLS",
     "PeerTransport",
     "TransportStatistics",
-    "flush_tls_alert",
 ]
 
 log = logging.getLogger("orchestrator.raft.transport")
@@ -485,21 +485,21 @@ class PeerTransport:
 
     async def _secure_outbound(
         self, peer: _Peer, stream: trio.SocketStream, addr: Address
-    ) -> trio.SSLStream[trio.SocketStream] | None:
+    ) -> TLSStream | None:
         """The TLS handshake of an outbound connection and the check that the certificate is
         the peer's we meant to reach; None (logged, counted, not a peer-down) if either fails."""
         assert self.tls is not None
-        secured = trio.SSLStream(stream, self.tls.client(), server_hostname=None)
+        secured = TLSStream(stream, self.tls.client(), server_side=False)
         why = ""
         with trio.move_on_after(CONNECT_TIMEOUT) as handshake:
             try:
                 await secured.do_handshake()
             except _CONN_ERRORS as exc:
-                why = f"TLS handshake failed: {_tls_reason(exc)}"
+                why = f"TLS handshake failed: {tls_reason(exc)}"
         if handshake.cancelled_caught:
             why = "TLS handshake timed out"
         if not why:
-            ident = self.tls.identify(secured.getpeercert(binary_form=True))
+            ident = self.tls.identify(secured.peer_certificate())
             if ident == peer.node_id:
                 return secured
             why = (
@@ -555,7 +555,7 @@ class PeerTransport:
                     exc,
                 )
                 # Not for our own close, nor for a TLS alert (alive, but refusing our certificate).
-                if not isinstance(exc, trio.ClosedResourceError) and not _tls_refusal(exc):
+                if not isinstance(exc, trio.ClosedResourceError) and tls_alert(exc) is None:
                     self._peer_down(peer.node_id)
                 return
             finally:
@@ -596,9 +596,11 @@ class PeerTransport:
         try:
             data = await stream.receive_some(_RECV_SIZE)
         except _CONN_ERRORS as exc:
-            if _tls_refusal(exc):  # it alerted: alive, but it does not accept our certificate
+            if (
+                tls_alert(exc) is not None
+            ):  # it alerted: alive, but it does not accept our certificate
                 self._refused += 1
-                why = f"it refused our certificate: {_tls_reason(exc)}"
+                why = f"it refused our certificate: {tls_reason(exc)}"
                 self._log_refusal(
                     f"peer {peer.node_id}",
                     why,
@@ -646,7 +648,7 @@ class PeerTransport:
                     if self.tls is None:
                         await self._serve_inbound(stream, conn)
                         return
-                    secured = trio.SSLStream(stream, self.tls.server(), server_side=True)
+                    secured = TLSStream(stream, self.tls.server(), server_side=True)
                     async with secured:
                         if await self._secure_inbound(secured, conn):
                             await self._serve_inbound(secured, conn)
@@ -667,9 +669,7 @@ class PeerTransport:
                         if not conns:
                             del self._inbound_conns[conn.peer_id]
 
-    async def _secure_inbound(
-        self, stream: trio.SSLStream[trio.SocketStream], conn: _Inbound
-    ) -> bool:
+    async def _secure_inbound(self, stream: TLSStream, conn: _Inbound) -> bool:
         """The TLS handshake of an accepted connection (bounded by HELLO_TIMEOUT) and the check
         that the caller presented a server's certificate. False: refused (logged, counted)."""
         assert self.tls is not None
@@ -678,12 +678,12 @@ class PeerTransport:
             try:
                 await stream.do_handshake()
             except _CONN_ERRORS as exc:  # no certificate, another CA's, not TLS at all...
-                why = f"TLS handshake failed: {_tls_reason(exc)}"
+                why = f"TLS handshake failed: {tls_reason(exc)}"
         if handshake.cancelled_caught:
             why = "TLS handshake timed out"
         handshake_done = not why
         if handshake_done:
-            ident = self.tls.identify(stream.getpeercert(binary_form=True))
+            ident = self.tls.identify(stream.peer_certificate())
             if isinstance(ident, int):
                 conn.cert_id = ident
                 return True
@@ -700,8 +700,7 @@ class PeerTransport:
         )
         if handshake_done:  # a CA-signed certificate, but not a server's: say so
             await self._send_refusal(stream, why)
-        else:  # the TLS alert saying why, which trio leaves unsent (see flush_tls_alert)
-            await flush_tls_alert(stream)
+        # (a failed handshake already sent the TLS alert saying why: `TLSStream.do_handshake`)
         return False
 
     async def _send_refusal(self, stream: trio.abc.Stream, why: str) -> None:
@@ -858,42 +857,6 @@ def _parse_hello(payload: bytes) -> tuple[NodeId, Address] | str:
     if not isinstance(host, str) or type(port) is not int or not 0 < port < 65536:
         return f"bad addr {addr!r}"
     return node_id, (host, port)
-
-
-async def flush_tls_alert(stream: trio.SSLStream[trio.SocketStream]) -> None:
-    """Send what a failed handshake left in the TLS engine's outgoing buffer (the alert that
-    tells the client why), which trio drops when the handshake raises: without it a client
-    cannot tell "your certificate is refused" from a crashed server. Best effort, briefly.
-    Relies on trio.SSLStream's `_outgoing` MemoryBIO (checked: trio 0.35); without it, no-op."""
-    outgoing = getattr(stream, "_outgoing", None)
-    if not isinstance(outgoing, ssl.MemoryBIO) or not outgoing.pending:
-        return
-    with (
-        trio.move_on_after(1.0),
-        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
-    ):
-        await stream.transport_stream.send_all(outgoing.read())
-
-
-def _tls_refusal(exc: BaseException) -> bool:
-    """Whether a broken TLS stream broke because the other side sent an alert (it refused our
-    certificate), as opposed to a reset or an EOF (its process is gone)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return not isinstance(seen, ssl.SSLEOFError | ssl.SSLZeroReturnError)
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def _tls_reason(exc: BaseException) -> str:
-    """The most telling message in an exception's cause chain (an SSLError's, if any)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return str(seen.reason or seen)
-        seen = seen.__cause__ or seen.__context__
-    return str(exc) or type(exc).__name__
 
 
 def _refusal_reason(data: bytes | bytearray) -> str:

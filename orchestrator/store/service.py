@@ -66,7 +66,7 @@ from orchestrator.raft.node import (
     promote_change,
     remove_change,
 )
-from orchestrator.raft.transport import flush_tls_alert
+from orchestrator.raft.tlsstream import TLSStream, tls_reason
 from orchestrator.store.mvcc import SCHEMA_VERSION
 from orchestrator.store.raftstore import RaftStore
 from orchestrator.store.types import (
@@ -109,16 +109,6 @@ class ServiceTLS:
 
 class BadRequest(ValueError):
     pass
-
-
-def _cause(exc: BaseException) -> str:
-    """The most telling message in exc's cause chain (an SSLError's reason, if any)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return str(seen.reason or seen)
-        seen = seen.__cause__ or seen.__context__
-    return str(exc) or type(exc).__name__
 
 
 def _str(v: Any, what: str) -> str:
@@ -235,22 +225,21 @@ class ClientService:
         if self.tls is None:
             await self._serve_stream(sock)
             return
-        stream = trio.SSLStream(sock, self.tls.context(), server_side=True)
+        stream = TLSStream(sock, self.tls.context(), server_side=True, receive_size=_READ_SIZE)
         why = ""
         try:
             with trio.move_on_after(HANDSHAKE_TIMEOUT) as handshake:
-                await stream.do_handshake()
+                await stream.do_handshake()  # a failure sends the alert saying why
             if handshake.cancelled_caught:
                 why = "TLS handshake timed out"
-            elif self.tls.identify(stream.getpeercert(binary_form=True)) is None:
+            elif self.tls.identify(stream.peer_certificate()) is None:
                 why = "this certificate may not use the client port (servers and admins only)"
                 with trio.move_on_after(1.0), suppress(trio.BrokenResourceError):
                     await stream.send_all(encode_frame(msgpack.packb([None, "refused", why])))
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            why = f"TLS handshake failed: {_cause(exc)}"
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            why = f"TLS handshake failed: {tls_reason(exc)}"
         if why:
             self._refuse(sock, why)
-            await flush_tls_alert(stream)
             await trio.aclose_forcefully(stream)
             return
         await self._serve_stream(stream)
