@@ -18,7 +18,7 @@ import msgpack
 import pytest
 import trio
 
-from orchestrator.raft import transport as transport_module
+from orchestrator.raft import peerinbound
 from orchestrator.raft.codec import encode_message
 from orchestrator.raft.framing import encode_frame
 from orchestrator.raft.transport import PeerTransport
@@ -370,7 +370,7 @@ async def test_silent_connection_is_closed_after_the_hello_timeout(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(transport_module, "HELLO_TIMEOUT", 0.05)
+    monkeypatch.setattr(peerinbound, "HELLO_TIMEOUT", 0.05)
     with trio.fail_after(10):
         b = transport(2)
         async with running(b):
