@@ -17,8 +17,9 @@ admin's, `ClientTLS.from_data_dir`, or a server's peer certificate). The server'
 is verified against the CA and must be a server certificate (O system:orchestrator:servers);
 host names are not checked (servers are identified by certificate, not address). A server
 that refuses our certificate makes the request fail at once with `TLSRefused` (nothing was
-applied), not retry: that is a configuration error, not an outage. Without `tls` the client
-speaks plain TCP (in-process tests, whose servers run without TLS).
+applied), not retry: that is a configuration error, not an outage (also when the refusal
+arrives before the request went out). Without `tls` the client speaks plain TCP (in-process
+tests, whose servers run without TLS). The TLS layer is `raft.tlsstream.TLSStream`.
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ certificate required and verified against the cluster CA by the handshake); afte
 `security.peercerts.client_port_identity`). A refused connection gets one answer frame
 `[nil, "refused", reason]` and is closed, before any request is read; refusals are logged once
 per remote host and reason. Without `tls` (in-process tests and benchmarks only) the port is
-plain TCP and unauthenticated.
+plain TCP and unauthenticated. The TLS layer is `raft.tlsstream.TLSStream`: each read of a
+connection decrypts every request received so far (`_READ_SIZE` per socket read), and the
+answers gathered by the connection's writer go out as one encrypted send.
 
 Invariants: a bad frame or an unknown op is answered with "error" (or, for an unreadable frame,
 the connection is closed) and changes nothing; "ok" for a write means it is committed and
