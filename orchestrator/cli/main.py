@@ -258,7 +258,6 @@ def _build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def _server(args: argparse.Namespace) -> int:
     from orchestrator.raft.node import NodeConfig
-    from orchestrator.raft.transport import FaultInjector
     from orchestrator.server import (
         ServerOptions,
         cluster_token,
@@ -266,6 +265,7 @@ def _server(args: argparse.Namespace) -> int:
         serve_until_signalled,
     )
     from orchestrator.store.raftstore import CompactionPolicy
+    from orchestrator.testing.faults import FaultInjector
 
     if args.node_id is not None and args.node_id < 1:
         raise SystemExit("error: --node-id must be >= 1")

@@ -69,7 +69,7 @@ from orchestrator.raft.membership import (
 from orchestrator.raft.statemachine import Applied, StateMachine, pack_batch
 from orchestrator.raft.status import Status
 from orchestrator.raft.storage import RaftStorage
-from orchestrator.raft.transport import Address, FaultInjector, PeerTLS, PeerTransport
+from orchestrator.raft.transport import Address, Faults, PeerTLS, PeerTransport
 from orchestrator.raft.types import (
     NONE,
     ConfChange,
@@ -158,7 +158,7 @@ class NodeConfig:
     keep_tail_bytes: int = 16 * 1024 * 1024
     max_inflight: int = 4  # appends in flight per follower; fewer, bigger batches cost less CPU
     seed: int | None = None
-    faults: FaultInjector | None = None
+    faults: Faults | None = None
     # Mutual TLS on the peer port (`transport.PeerTLS`); every server sets it. None: plain TCP,
     # for in-process tests and benchmarks only.
     peer_tls: PeerTLS | None = None

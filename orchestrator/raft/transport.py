@@ -1,5 +1,11 @@
 """Peer transport between Raft servers: framed msgpack messages over mutual TLS (or plain TCP).
 
+Code map: this module is `PeerTransport` (its public API and the sending side: per-peer
+queues, connections, batching); `raft.peerinbound` serves accepted connections (its base class
+`InboundPeers`); `raft.peerwire` holds the hello and refusal frames, the timeouts and the
+public types (`Address`, `PeerTLS`, `Faults`, `TransportStatistics`, re-exported here);
+`raft.tlsstream` is the TLS layer. The fault injector of the tests is `testing.faults`.
+
 Job: carry `Message`s from the local Raft driver to other servers and back. Raft tolerates loss,
 duplication and reordering, so this transport is deliberately lossy: it never blocks its caller
 and never buffers without bound; it drops (and counts) instead.
@@ -45,173 +51,50 @@ Invariants:
   handshake, a certificate either side does not accept, or a refusal frame: those say the peer
   is alive but will not talk to us. It is called after every message
   that connection delivered went into `inbound` (`statistics().received` counts them).
-- Fault injection happens on the sending side only (`FaultInjector.plan`), so one injector can be
-  shared by every transport of a test cluster.
+- Fault injection happens on the sending side only (`Faults.plan`; the test kit's
+  `testing.faults.FaultInjector`), so one injector can be shared by every transport of a test
+  cluster.
 """
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import logging
 import math
 import random
-import ssl
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-import msgpack
 import trio
 
-from orchestrator.raft.codec import CodecError, decode_message, encode_message
-from orchestrator.raft.framing import MAX_FRAME, FrameDecoder, FramingError, encode_frame
+from orchestrator.raft.codec import encode_message
+from orchestrator.raft.framing import MAX_FRAME, encode_frame
+from orchestrator.raft.peerinbound import InboundConn, InboundPeers
+from orchestrator.raft.peerwire import (
+    CONN_ERRORS,
+    CONNECT_TIMEOUT,
+    RECV_SIZE,
+    Address,
+    Faults,
+    PeerTLS,
+    TransportStatistics,
+    connect_refused,
+    encode_hello,
+    refusal_reason,
+)
+from orchestrator.raft.tlsstream import TLSStream, tls_alert, tls_reason
 from orchestrator.raft.types import Message, NodeId
 
 __all__ = [
     "Address",
-    "FaultInjector",
+    "Faults",
     "PeerTLS",
     "PeerTransport",
     "TransportStatistics",
-    "flush_tls_alert",
 ]
 
 log = logging.getLogger("orchestrator.raft.transport")
-
-Address = tuple[str, int]
-
-HELLO_MAX = 1024  # a hello is tiny; this keeps an unauthenticated peer from making us buffer much
-HELLO_TIMEOUT = 5.0  # an accepted connection that does not say hello by then is closed
-CONNECT_TIMEOUT = 5.0  # bounds a connect to a black-holed address (the OS default is minutes)
-_RECV_SIZE = 64 * 1024
-_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
-_LOUD_COMPLAINTS = 5  # per inbound connection; after that a misbehaving peer only logs at DEBUG
-_REFUSAL_MEMORY = 1024  # (caller, reason) pairs remembered to log each refusal once
-_REFUSAL_SEND_TIMEOUT = 1.0  # a refusal frame is a courtesy: never wait long for it
-
-
-@dataclass(frozen=True, slots=True)
-class PeerTLS:
-    """The peer port's TLS: `server()` and `client()` return the CURRENT context for a new
-    accepted or outgoing connection (a renewed certificate is used from then on, open
-    connections keep theirs); `identify(der)` is the node id that a verified peer certificate
-    (DER, None if none) names, or a short reason why it names none."""
-
-    server: Callable[[], ssl.SSLContext]
-    client: Callable[[], ssl.SSLContext]
-    identify: Callable[[bytes | None], int | str]
-
-
-class FaultInjector:
-    """Test hook deciding, per message, how many copies are delivered and after what delay.
-
-    `plan` is pure apart from consuming `rng`, so a seeded rng and the same sequence of calls
-    reproduce the same faults. The rng is consumed only for active faults (one draw for a drop
-    decision if `drop_rate > 0`, one for duplication if `dup_rate > 0`, one per copy if the delay
-    range is non-zero).
-
-    Partitions: with `partition(*groups)` active, a message flows iff some group contains both
-    its sender and its receiver (groups may overlap to model a bridge node; a node in no group is
-    cut off). `isolate(n)` additionally cuts n off from everyone. `heal` clears all faults.
-    """
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self._drop_rate = 0.0
-        self._dup_rate = 0.0
-        self._delay: tuple[float, float] = (0.0, 0.0)
-        self._groups: tuple[frozenset[NodeId], ...] | None = None
-        self._isolated: set[NodeId] = set()
-
-    @property
-    def drop_rate(self) -> float:
-        return self._drop_rate
-
-    @drop_rate.setter
-    def drop_rate(self, value: float) -> None:
-        self._drop_rate = _probability(value, "drop_rate")
-
-    @property
-    def dup_rate(self) -> float:
-        return self._dup_rate
-
-    @dup_rate.setter
-    def dup_rate(self, value: float) -> None:
-        self._dup_rate = _probability(value, "dup_rate")
-
-    @property
-    def delay(self) -> tuple[float, float]:
-        return self._delay
-
-    @delay.setter
-    def delay(self, value: tuple[float, float]) -> None:
-        lo, hi = float(value[0]), float(value[1])
-        if not (0.0 <= lo <= hi < math.inf):
-            raise ValueError(f"delay must be a finite range 0 <= lo <= hi, got {value!r}")
-        self._delay = (lo, hi)
-
-    def partition(self, *groups: set[NodeId]) -> None:
-        """Replace any partition: from now on messages only flow inside a group."""
-        self._groups = tuple(frozenset(g) for g in groups)
-
-    def isolate(self, node_id: NodeId) -> None:
-        self._isolated.add(node_id)
-
-    def heal(self) -> None:
-        """Clear partitions, isolation, drop and duplication rates and delay."""
-        self._groups = None
-        self._isolated.clear()
-        self._drop_rate = 0.0
-        self._dup_rate = 0.0
-        self._delay = (0.0, 0.0)
-
-    def allows(self, frm: NodeId, to: NodeId) -> bool:
-        """Whether the network topology (partitions, isolation) lets frm reach to."""
-        if frm in self._isolated or to in self._isolated:
-            return False
-        if self._groups is None:
-            return True
-        return any(frm in g and to in g for g in self._groups)
-
-    def plan(self, msg: Message) -> list[float]:
-        """Delays (seconds) after which copies of msg are delivered; [] means dropped."""
-        if not self.allows(msg.frm, msg.to):
-            return []
-        if self._drop_rate > 0.0 and self.rng.random() < self._drop_rate:
-            return []
-        copies = 2 if self._dup_rate > 0.0 and self.rng.random() < self._dup_rate else 1
-        lo, hi = self._delay
-        if hi == 0.0:
-            return [0.0] * copies
-        return [self.rng.uniform(lo, hi) for _ in range(copies)]
-
-
-def _probability(value: float, what: str) -> float:
-    v = float(value)
-    if not 0.0 <= v <= 1.0:
-        raise ValueError(f"{what} must be in [0, 1], got {value!r}")
-    return v
-
-
-@dataclass(frozen=True, slots=True)
-class TransportStatistics:
-    """Counters since the transport was created (message counts unless noted)."""
-
-    sent: int  # handed to the kernel on an outbound connection
-    received: int  # delivered to `inbound`
-    dropped_queue_full: int  # a peer's outbound queue (or the delay queue) was full
-    dropped_bad_frame: int  # undecodable/oversize frames and bad hellos, in or out
-    dropped_unknown_peer: int  # sent to a node id we have no address for
-    reconnects: int  # outbound connection attempts after the first, over all peers
-    connected_peers: frozenset[NodeId]  # peers with an established outbound connection now
-    dropped_faults: int = 0  # dropped by the FaultInjector
-    dropped_misrouted: int = 0  # inbound with the wrong `to`, or `frm` != hello id
-    dropped_inbound_full: int = 0  # `inbound` was full (or closed by its reader)
-    dropped_send_failed: int = 0  # taken from a queue but lost with a broken connection
-    refused: int = 0  # connections (either direction) closed by TLS or admission (module doc)
 
 
 class _Peer:
@@ -230,23 +113,7 @@ class _Peer:
         self.connected = False
 
 
-class _Inbound:
-    """Per accepted connection: who it claims to be, and how much it has misbehaved."""
-
-    __slots__ = ("cert_id", "complaints", "peer_id", "remote", "scope")
-
-    def __init__(self, remote: str, scope: trio.CancelScope) -> None:
-        self.remote = remote
-        self.peer_id: NodeId | None = None
-        self.cert_id: NodeId | None = None  # the node id its certificate names (with TLS)
-        self.complaints = 0
-        self.scope = scope  # cancelled when its peer is removed
-
-
-_CONN_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
-
-
-class PeerTransport:
+class PeerTransport(InboundPeers):
     """TCP transport for one Raft server. See the module docstring for the protocol."""
 
     def __init__(
@@ -255,7 +122,7 @@ class PeerTransport:
         listen: Address,
         peers: dict[NodeId, Address],
         *,
-        faults: FaultInjector | None = None,
+        faults: Faults | None = None,
         max_frame: int = MAX_FRAME,
         queue_size: int = 4096,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
@@ -283,7 +150,7 @@ class PeerTransport:
         self.admit_unknown = admit_unknown  # admission rule: module doc
 
         self._peers: dict[NodeId, _Peer] = {}
-        self._inbound_conns: dict[NodeId, set[_Inbound]] = {}  # admitted, open
+        self._inbound_conns: dict[NodeId, set[InboundConn]] = {}  # admitted, open
         # Explicitly removed members are not re-learned from their hellos: a removed server that
         # is still running must not sneak back into our address book.
         self._removed: set[NodeId] = set()
@@ -329,9 +196,7 @@ class PeerTransport:
             listeners = await trio.open_tcp_listeners(self.listen[1], host=host)
             try:
                 self.port = listeners[0].socket.getsockname()[1]
-                self._hello = encode_frame(
-                    msgpack.packb({"id": self.node_id, "addr": [self.listen[0], self.port]})
-                )
+                self._hello = encode_hello(self.node_id, (self.listen[0], self.port))
                 async with trio.open_nursery() as nursery:
                     await nursery.start(trio.serve_listeners, self._handle_inbound, listeners)
                     self._nursery = nursery
@@ -496,7 +361,7 @@ class PeerTransport:
                     with trio.move_on_after(CONNECT_TIMEOUT) as connect_scope:
                         stream = await trio.open_tcp_stream(*addr)
                 except OSError as exc:
-                    if _refused(exc):
+                    if connect_refused(exc):
                         self._peer_down(peer.node_id)
                     log.log(
                         level,
@@ -527,7 +392,7 @@ class PeerTransport:
                         secured = tls_stream
                     try:
                         await secured.send_all(self._hello)
-                    except _CONN_ERRORS as exc:
+                    except CONN_ERRORS as exc:
                         log.log(
                             level,
                             "node %d: hello to peer %d failed: %s",
@@ -560,21 +425,21 @@ class PeerTransport:
 
     async def _secure_outbound(
         self, peer: _Peer, stream: trio.SocketStream, addr: Address
-    ) -> trio.SSLStream[trio.SocketStream] | None:
+    ) -> TLSStream | None:
         """The TLS handshake of an outbound connection and the check that the certificate is
         the peer's we meant to reach; None (logged, counted, not a peer-down) if either fails."""
         assert self.tls is not None
-        secured = trio.SSLStream(stream, self.tls.client(), server_hostname=None)
+        secured = TLSStream(stream, self.tls.client(), server_side=False)
         why = ""
         with trio.move_on_after(CONNECT_TIMEOUT) as handshake:
             try:
                 await secured.do_handshake()
-            except _CONN_ERRORS as exc:
-                why = f"TLS handshake failed: {_tls_reason(exc)}"
+            except CONN_ERRORS as exc:
+                why = f"TLS handshake failed: {tls_reason(exc)}"
         if handshake.cancelled_caught:
             why = "TLS handshake timed out"
         if not why:
-            ident = self.tls.identify(secured.getpeercert(binary_form=True))
+            ident = self.tls.identify(secured.peer_certificate())
             if ident == peer.node_id:
                 return secured
             why = (
@@ -595,17 +460,6 @@ class PeerTransport:
         )
         return None
 
-    def _log_refusal(self, who: str, why: str, fmt: str, *args: object) -> None:
-        """Log a refusal at WARNING once per (who, why), later ones at DEBUG."""
-        key = (who, why)
-        if key in self._refusals_logged:
-            log.debug(fmt, *args)
-            return
-        if len(self._refusals_logged) >= _REFUSAL_MEMORY:
-            self._refusals_logged.clear()
-        self._refusals_logged.add(key)
-        log.warning(fmt, *args)
-
     async def _write_loop(self, peer: _Peer, stream: trio.abc.Stream) -> None:
         """Write queued messages until the connection fails (then return) or is cancelled."""
         while True:
@@ -622,7 +476,7 @@ class PeerTransport:
             try:
                 await stream.send_all(data)
                 written = True
-            except _CONN_ERRORS as exc:
+            except CONN_ERRORS as exc:
                 log.info(
                     "node %d: connection to peer %d lost while sending: %s",
                     self.node_id,
@@ -630,7 +484,7 @@ class PeerTransport:
                     exc,
                 )
                 # Not for our own close, nor for a TLS alert (alive, but refusing our certificate).
-                if not isinstance(exc, trio.ClosedResourceError) and not _tls_refusal(exc):
+                if not isinstance(exc, trio.ClosedResourceError) and tls_alert(exc) is None:
                     self._peer_down(peer.node_id)
                 return
             finally:
@@ -669,11 +523,13 @@ class PeerTransport:
         # is over. Noticing that now (rather than on the next failed write) lets us reconnect
         # before the next message, so a restarted peer loses at most what was in flight.
         try:
-            data = await stream.receive_some(_RECV_SIZE)
-        except _CONN_ERRORS as exc:
-            if _tls_refusal(exc):  # it alerted: alive, but it does not accept our certificate
+            data = await stream.receive_some(RECV_SIZE)
+        except CONN_ERRORS as exc:
+            if (
+                tls_alert(exc) is not None
+            ):  # it alerted: alive, but it does not accept our certificate
                 self._refused += 1
-                why = f"it refused our certificate: {_tls_reason(exc)}"
+                why = f"it refused our certificate: {tls_reason(exc)}"
                 self._log_refusal(
                     f"peer {peer.node_id}",
                     why,
@@ -689,7 +545,7 @@ class PeerTransport:
         else:
             if data:
                 self._refused += 1
-                why = _refusal_reason(data)
+                why = refusal_reason(data)
                 self._log_refusal(
                     f"peer {peer.node_id}",
                     why,
@@ -702,306 +558,3 @@ class PeerTransport:
                 log.info("node %d: peer %d closed the connection", self.node_id, peer.node_id)
                 self._peer_down(peer.node_id)
         conn.cancel()
-
-    def _peer_down(self, peer_id: NodeId) -> None:
-        if self.on_peer_down is None:
-            return
-        try:
-            self.on_peer_down(peer_id)
-        except Exception:  # the driver's bug must not take the connection's task down
-            log.exception("node %d: error in on_peer_down(%d)", self.node_id, peer_id)
-
-    # ------------------------------------------------------------------ inbound
-
-    async def _handle_inbound(self, stream: trio.SocketStream) -> None:
-        with trio.CancelScope() as scope:
-            conn = _Inbound(_remote_name(stream), scope)
-            try:
-                async with stream:
-                    if self.tls is None:
-                        await self._serve_inbound(stream, conn)
-                        return
-                    secured = trio.SSLStream(stream, self.tls.server(), server_side=True)
-                    async with secured:
-                        if await self._secure_inbound(secured, conn):
-                            await self._serve_inbound(secured, conn)
-            except _CONN_ERRORS as exc:
-                log.info(
-                    "node %d: inbound connection from %s failed: %s",
-                    self.node_id,
-                    conn.remote,
-                    exc,
-                )
-                if conn.peer_id is not None and not isinstance(exc, trio.ClosedResourceError):
-                    self._peer_down(conn.peer_id)
-            finally:
-                if conn.peer_id is not None:
-                    conns = self._inbound_conns.get(conn.peer_id)
-                    if conns is not None:
-                        conns.discard(conn)
-                        if not conns:
-                            del self._inbound_conns[conn.peer_id]
-
-    async def _secure_inbound(
-        self, stream: trio.SSLStream[trio.SocketStream], conn: _Inbound
-    ) -> bool:
-        """The TLS handshake of an accepted connection (bounded by HELLO_TIMEOUT) and the check
-        that the caller presented a server's certificate. False: refused (logged, counted)."""
-        assert self.tls is not None
-        why = ""
-        with trio.move_on_after(HELLO_TIMEOUT) as handshake:
-            try:
-                await stream.do_handshake()
-            except _CONN_ERRORS as exc:  # no certificate, another CA's, not TLS at all...
-                why = f"TLS handshake failed: {_tls_reason(exc)}"
-        if handshake.cancelled_caught:
-            why = "TLS handshake timed out"
-        handshake_done = not why
-        if handshake_done:
-            ident = self.tls.identify(stream.getpeercert(binary_form=True))
-            if isinstance(ident, int):
-                conn.cert_id = ident
-                return True
-            why = ident
-        self._refused += 1
-        host = conn.remote.rsplit(":", 1)[0]
-        self._log_refusal(
-            host,
-            why,
-            "node %d: refused peer connection from %s: %s",
-            self.node_id,
-            conn.remote,
-            why,
-        )
-        if handshake_done:  # a CA-signed certificate, but not a server's: say so
-            await self._send_refusal(stream, why)
-        else:  # the TLS alert saying why, which trio leaves unsent (see flush_tls_alert)
-            await flush_tls_alert(stream)
-        return False
-
-    async def _send_refusal(self, stream: trio.abc.Stream, why: str) -> None:
-        """The refusal frame (module doc): best effort, briefly."""
-        with trio.move_on_after(_REFUSAL_SEND_TIMEOUT):
-            with contextlib.suppress(*_CONN_ERRORS):
-                await stream.send_all(encode_frame(msgpack.packb({"refused": why[:200]})))
-
-    async def _serve_inbound(self, stream: trio.abc.Stream, conn: _Inbound) -> None:
-        decoder = FrameDecoder(min(HELLO_MAX, self.max_frame))
-        hello_deadline = trio.CancelScope(deadline=trio.current_time() + HELLO_TIMEOUT)
-        with hello_deadline:
-            while True:
-                data = await stream.receive_some(_RECV_SIZE)
-                if not data:
-                    log.debug("node %d: %s closed its connection", self.node_id, conn.remote)
-                    if conn.peer_id is not None:
-                        self._peer_down(conn.peer_id)
-                    return
-                try:
-                    decoder.feed(data)
-                    while (payload := decoder.next_frame()) is not None:
-                        if conn.peer_id is None:
-                            refusal = self._accept_hello(payload, conn)
-                            if refusal is not None:
-                                if refusal:
-                                    await self._send_refusal(stream, refusal)
-                                return
-                            hello_deadline.deadline = math.inf
-                            decoder.max_frame = self.max_frame
-                        else:
-                            self._deliver(payload, conn)
-                except FramingError as exc:  # the stream is desynchronised: give up on it
-                    self._dropped_bad_frame += 1
-                    log.warning(
-                        "node %d: closing connection from %s (peer %s): %s",
-                        self.node_id,
-                        conn.remote,
-                        conn.peer_id,
-                        exc,
-                    )
-                    return
-        if hello_deadline.cancelled_caught:
-            self._dropped_bad_frame += 1
-            log.warning(
-                "node %d: no hello from %s within %.1fs; closing",
-                self.node_id,
-                conn.remote,
-                HELLO_TIMEOUT,
-            )
-
-    def _accept_hello(self, payload: bytes, conn: _Inbound) -> str | None:
-        """Admit a connection by its hello (module doc): None if admitted, else why not ("" for
-        a malformed hello: no refusal frame for those, the caller is no peer of ours)."""
-        hello = _parse_hello(payload)
-        if isinstance(hello, str) or hello[0] == self.node_id:
-            why = hello if isinstance(hello, str) else "it claims our own node id"
-            self._dropped_bad_frame += 1
-            log.warning("node %d: bad hello from %s (%s); closing", self.node_id, conn.remote, why)
-            return ""
-        peer_id, (host, port) = hello
-        refusal = ""
-        if conn.cert_id is not None and conn.cert_id != peer_id:
-            refusal = f"the certificate of node {conn.cert_id} announces node {peer_id}"
-        elif peer_id in self._removed:
-            refusal = f"node {peer_id} was removed from the cluster"
-        elif peer_id not in self._peers and not self.admit_unknown:
-            refusal = f"node {peer_id} is not a member of this server's cluster"
-        if refusal:
-            self._refused += 1
-            self._log_refusal(
-                f"node {peer_id}",
-                refusal,
-                "node %d: refused peer connection from %s: %s",
-                self.node_id,
-                conn.remote,
-                refusal,
-            )
-            return refusal
-        conn.peer_id = peer_id
-        self._inbound_conns.setdefault(peer_id, set()).add(conn)
-        if host in _WILDCARD_HOSTS:  # it listens everywhere; the address it came from will do
-            host = conn.remote.rsplit(":", 1)[0].strip("[]")
-        if peer_id not in self._peers:
-            log.info(
-                "node %d: learned address %s:%d of peer %d from its hello",
-                self.node_id,
-                host,
-                port,
-                peer_id,
-            )
-            self.set_peer(peer_id, (host, port))
-        log.debug(
-            "node %d: inbound connection from peer %d (%s)", self.node_id, peer_id, conn.remote
-        )
-        return None
-
-    def _deliver(self, payload: bytes, conn: _Inbound) -> None:
-        try:
-            msg = decode_message(payload)
-        except CodecError as exc:
-            self._dropped_bad_frame += 1
-            self._complain(conn, "dropping undecodable frame: %s", exc)
-            return
-        if msg.to != self.node_id or msg.frm != conn.peer_id:
-            self._dropped_misrouted += 1
-            self._complain(
-                conn,
-                "dropping %s from %d to %d on the connection of peer %s",
-                msg.type.name,
-                msg.frm,
-                msg.to,
-                conn.peer_id,
-            )
-            return
-        try:
-            self._inbound_send.send_nowait(msg)
-        except trio.WouldBlock:
-            # The driver is behind; blocking here would let a flood stall Raft's event loop.
-            self._dropped_inbound_full += 1
-            log.debug("node %d: inbound queue full; dropping %s", self.node_id, msg.type.name)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._dropped_inbound_full += 1
-        else:
-            self._received += 1
-
-    def _complain(self, conn: _Inbound, fmt: str, *args: object) -> None:
-        conn.complaints += 1
-        level = logging.WARNING if conn.complaints <= _LOUD_COMPLAINTS else logging.DEBUG
-        log.log(
-            level,
-            "node %d: from %s (peer %s): " + fmt,
-            self.node_id,
-            conn.remote,
-            conn.peer_id,
-            *args,
-        )
-
-
-def _parse_hello(payload: bytes) -> tuple[NodeId, Address] | str:
-    """The (id, address) a hello announces, or why it is not a valid hello."""
-    try:
-        obj: Any = msgpack.unpackb(payload, raw=False)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
-        return f"not msgpack: {exc}"
-    if not isinstance(obj, dict):
-        return "not a map"
-    node_id, addr = obj.get("id"), obj.get("addr")
-    if type(node_id) is not int or node_id < 1:
-        return f"bad id {node_id!r}"
-    if not isinstance(addr, list) or len(addr) != 2:
-        return f"bad addr {addr!r}"
-    host, port = addr
-    if not isinstance(host, str) or type(port) is not int or not 0 < port < 65536:
-        return f"bad addr {addr!r}"
-    return node_id, (host, port)
-
-
-async def flush_tls_alert(stream: trio.SSLStream[trio.SocketStream]) -> None:
-    """Send what a failed handshake left in the TLS engine's outgoing buffer (the alert that
-    tells the client why), which trio drops when the handshake raises: without it a client
-    cannot tell "your certificate is refused" from a crashed server. Best effort, briefly.
-    Relies on trio.SSLStream's `_outgoing` MemoryBIO (checked: trio 0.35); without it, no-op."""
-    outgoing = getattr(stream, "_outgoing", None)
-    if not isinstance(outgoing, ssl.MemoryBIO) or not outgoing.pending:
-        return
-    with (
-        trio.move_on_after(1.0),
-        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
-    ):
-        await stream.transport_stream.send_all(outgoing.read())
-
-
-def _tls_refusal(exc: BaseException) -> bool:
-    """Whether a broken TLS stream broke because the other side sent an alert (it refused our
-    certificate), as opposed to a reset or an EOF (its process is gone)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return not isinstance(seen, ssl.SSLEOFError | ssl.SSLZeroReturnError)
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def _tls_reason(exc: BaseException) -> str:
-    """The most telling message in an exception's cause chain (an SSLError's, if any)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return str(seen.reason or seen)
-        seen = seen.__cause__ or seen.__context__
-    return str(exc) or type(exc).__name__
-
-
-def _refusal_reason(data: bytes | bytearray) -> str:
-    """The reason in a refusal frame (module doc), or a description of unexpected bytes."""
-    try:
-        payload = FrameDecoder(HELLO_MAX).receive_data(data)
-        obj: Any = msgpack.unpackb(payload[0], raw=False) if payload else None
-    except Exception:  # whatever it wrote, it is not talking Raft to us
-        obj = None
-    if isinstance(obj, dict) and isinstance(obj.get("refused"), str):
-        return str(obj["refused"])
-    return "it wrote on our outbound connection"
-
-
-def _refused(exc: OSError) -> bool:
-    """Whether a connect failed because nothing listens there (trio's happy eyeballs raises an
-    OSError whose cause chain holds the per-address errors)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ConnectionRefusedError):
-            return True
-        if isinstance(seen, BaseExceptionGroup):
-            return any(isinstance(e, OSError) and _refused(e) for e in seen.exceptions)
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def _remote_name(stream: trio.SocketStream) -> str:
-    try:
-        name = stream.socket.getpeername()
-    except OSError:
-        return "<unknown>"
-    if isinstance(name, tuple) and len(name) >= 2:
-        host = f"[{name[0]}]" if ":" in str(name[0]) else str(name[0])
-        return f"{host}:{name[1]}"
-    return str(name)

@@ -419,7 +419,9 @@ def _base(purpose: ssl.Purpose, ca_pem: bytes, cert: Path, key: Path) -> ssl.SSL
 def peer_server_context(data_dir: str | os.PathLike[str]) -> ssl.SSLContext:
     """The accepting side of the peer port: the peer certificate, client certificates required."""
     p = PeerPki.of(data_dir)
-    return _base(ssl.Purpose.CLIENT_AUTH, p.ca_cert.read_bytes(), p.peer_cert, p.peer_key)
+    ctx = _base(ssl.Purpose.CLIENT_AUTH, p.ca_cert.read_bytes(), p.peer_cert, p.peer_key)
+    ctx.num_tickets = 0  # no session resumption: every connection shows its certificate
+    return ctx
 
 
 def peer_client_context(data_dir: str | os.PathLike[str]) -> ssl.SSLContext:

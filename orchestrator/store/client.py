@@ -17,8 +17,9 @@ admin's, `ClientTLS.from_data_dir`, or a server's peer certificate). The server'
 is verified against the CA and must be a server certificate (O system:orchestrator:servers);
 host names are not checked (servers are identified by certificate, not address). A server
 that refuses our certificate makes the request fail at once with `TLSRefused` (nothing was
-applied), not retry: that is a configuration error, not an outage. Without `tls` the client
-speaks plain TCP (in-process tests, whose servers run without TLS).
+applied), not retry: that is a configuration error, not an outage (also when the refusal
+arrives before the request went out). Without `tls` the client speaks plain TCP (in-process
+tests, whose servers run without TLS). The TLS layer is `raft.tlsstream.TLSStream`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import trio
 
 from orchestrator.raft.framing import FrameDecoder, encode_frame
 from orchestrator.raft.node import parse_addr
+from orchestrator.raft.tlsstream import TLSStream, tls_alert
 from orchestrator.store.types import (
     Compacted,
     Conflict,
@@ -110,19 +112,6 @@ def _is_server_cert(cert: dict[str, Any] | None) -> bool:
             if name == "organizationName" and value == SERVERS_GROUP:
                 return True
     return False
-
-
-def _tls_alert(exc: BaseException) -> str | None:
-    """The reason of a TLS error in exc's cause chain (an alert, a failed verification), or
-    None when the connection just broke (reset, EOF)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            if isinstance(seen, ssl.SSLEOFError | ssl.SSLZeroReturnError):
-                return None
-            return str(seen.reason or seen)
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 _STORE_ERRORS: dict[str, type[StoreError]] = {
@@ -254,7 +243,7 @@ class _Conn:
                         slot[1].extend((status, value))
                         slot[0].set()
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError) as exc:
-            alert = _tls_alert(exc)
+            alert = tls_alert(exc)
             if alert is not None:
                 self.refused = alert
         finally:
@@ -332,11 +321,6 @@ class StoreClient:
         self, key: str, value: bytes, expected_mod_revision: int | None = None
     ) -> KeyValue:
         kv = _kv(await self.call("update", key, value, expected_mod_revision))
-        assert kv is not None
-        return kv
-
-    async def remove(self, key: str, expected_mod_revision: int | None = None) -> KeyValue:
-        kv = _kv(await self.call("remove_key", key, expected_mod_revision))
         assert kv is not None
         return kv
 
@@ -529,19 +513,19 @@ class StoreClient:
         sock = await trio.open_tcp_stream(host, port)
         if self.tls is None:
             return sock
-        stream = trio.SSLStream(sock, self.tls, server_hostname=None)
+        stream = TLSStream(sock, self.tls, server_side=False)
         try:
             await stream.do_handshake()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             await trio.aclose_forcefully(stream)
-            alert = _tls_alert(exc)
+            alert = tls_alert(exc)
             if alert is None:
                 raise OSError(f"connection to {endpoint} lost during the TLS handshake") from exc
             raise TLSRefused(f"{endpoint}: TLS handshake failed: {alert}") from None
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
-        if not _is_server_cert(stream.getpeercert()):
+        if not _is_server_cert(stream.peer_certificate_fields()):
             await trio.aclose_forcefully(stream)
             raise TLSRefused(f"{endpoint} is not an orchestrator server (not a server certificate)")
         return stream
@@ -562,7 +546,9 @@ class StoreClient:
             await ev.wait()
         finally:
             conn.pending.pop(rid, None)
-        if not result and conn.refused:  # never served: the server did not accept us
+        if conn.refused and (not result or result[0] is _NOT_SENT):
+            # Never served: the server did not accept us (the refusal may even have arrived
+            # before our frame went out: not retried either, the same credentials won't do).
             raise TLSRefused(f"{endpoint} refused this client: {conn.refused}")
         if result and result[0] is _NOT_SENT:
             raise OSError(f"connection to {endpoint} closed before {op} was sent")

@@ -32,7 +32,9 @@ the cluster token) and read the sealed credentials bundle (`JOINER_KEYS`): a rem
 certificate reads no key of the store. A refused connection gets one answer frame
 `[nil, "refused", reason]` and is closed, before any request is read; refusals are logged once
 per remote host and reason. Without `tls` (in-process tests and benchmarks only) the port is
-plain TCP and unauthenticated.
+plain TCP and unauthenticated. The TLS layer is `raft.tlsstream.TLSStream`: each read of a
+connection decrypts every request received so far (`_READ_SIZE` per socket read), and the
+answers gathered by the connection's writer go out as one encrypted send.
 
 Invariants: a bad frame or an unknown op is answered with "error" (or, for an unreadable frame,
 the connection is closed) and changes nothing; "ok" for a write means it is committed and
@@ -67,7 +69,7 @@ from orchestrator.raft.node import (
     ReadAborted,
     parse_addr,
 )
-from orchestrator.raft.transport import flush_tls_alert
+from orchestrator.raft.tlsstream import TLSStream, tls_reason
 from orchestrator.store.mvcc_sql import SCHEMA_VERSION
 from orchestrator.store.raftstore import RaftStore
 from orchestrator.store.types import (
@@ -90,7 +92,7 @@ log = logging.getLogger("orchestrator.store.service")
 MAX_CLIENT_FRAME = 4 << 20
 BACKUP_CHUNK = 1 << 20  # bytes of store image per "chunk" frame (clients read 64 MiB frames)
 STORE_OPS = frozenset(
-    {"put", "cas", "delete", "get", "create", "update", "remove_key", "kv", "range", "revision"}
+    {"put", "cas", "delete", "get", "create", "update", "kv", "range", "revision"}
 )
 MAX_IN_FLIGHT_PER_CONN = 1024
 HANDSHAKE_TIMEOUT = 10.0  # an accepted connection that has not completed TLS by then is closed
@@ -143,16 +145,6 @@ def _refusal(frame: bytes) -> bytes:
         rid = None
     why = "a server that is not a member may only join"
     return encode_frame(msgpack.packb([rid, "refused", why]))
-
-
-def _cause(exc: BaseException) -> str:
-    """The most telling message in exc's cause chain (an SSLError's reason, if any)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ssl.SSLError):
-            return str(seen.reason or seen)
-        seen = seen.__cause__ or seen.__context__
-    return str(exc) or type(exc).__name__
 
 
 def _str(v: Any, what: str) -> str:
@@ -269,27 +261,26 @@ class ClientService:
         if self.tls is None:
             await self._serve_stream(sock)
             return
-        stream = trio.SSLStream(sock, self.tls.context(), server_side=True)
+        stream = TLSStream(sock, self.tls.context(), server_side=True, receive_size=_READ_SIZE)
         why = ""
         joiner = False
         try:
             with trio.move_on_after(HANDSHAKE_TIMEOUT) as handshake:
-                await stream.do_handshake()
+                await stream.do_handshake()  # a failure sends the alert saying why
             if handshake.cancelled_caught:
                 why = "TLS handshake timed out"
             else:
-                identity = self.tls.identify(stream.getpeercert(binary_form=True))
+                identity = self.tls.identify(stream.peer_certificate())
                 if identity is None:
                     why = "this certificate may not use the client port (servers and admins only)"
                     with trio.move_on_after(1.0), suppress(trio.BrokenResourceError):
                         await stream.send_all(encode_frame(msgpack.packb([None, "refused", why])))
                 else:
                     joiner = _joining_server(identity, self.node.is_member)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            why = f"TLS handshake failed: {_cause(exc)}"
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            why = f"TLS handshake failed: {tls_reason(exc)}"
         if why:
             self._refuse(sock, why)
-            await flush_tls_alert(stream)
             await trio.aclose_forcefully(stream)
             return
         await self._serve_stream(stream, joiner=joiner)
@@ -605,9 +596,6 @@ class ClientService:
                 _str(args[0], "key"), _bytes(args[1], "value"), expected_mod_revision=guard
             )
             return kv_wire(kv)
-        if op == "remove_key":
-            guard = None if len(args) < 2 or args[1] is None else _nonneg(args[1], "revision")
-            return kv_wire(await store.delete(_str(args[0], "key"), expected_mod_revision=guard))
         if op == "kv":
             kv = await store.get(
                 _str(args[0], "key"),

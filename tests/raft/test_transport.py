@@ -18,11 +18,12 @@ import msgpack
 import pytest
 import trio
 
-from orchestrator.raft import transport as transport_module
+from orchestrator.raft import peerinbound
 from orchestrator.raft.codec import encode_message
 from orchestrator.raft.framing import encode_frame
-from orchestrator.raft.transport import FaultInjector, PeerTransport
+from orchestrator.raft.transport import PeerTransport
 from orchestrator.raft.types import Entry, Message, MsgType, NodeId
+from orchestrator.testing.faults import FaultInjector
 
 LOCAL = "127.0.0.1"
 FAST = (0.005, 0.02)  # reconnect backoff for tests
@@ -369,7 +370,7 @@ async def test_silent_connection_is_closed_after_the_hello_timeout(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(transport_module, "HELLO_TIMEOUT", 0.05)
+    monkeypatch.setattr(peerinbound, "HELLO_TIMEOUT", 0.05)
     with trio.fail_after(10):
         b = transport(2)
         async with running(b):
