@@ -46,8 +46,10 @@ container carries `LABEL_AGENT`/`LABEL_POD_UID` so the agent's relist can find s
 
 Where the parts live: the pure status (`pod_status`, `PodView`) in `agent.podstatus`; the
 sandbox and container configuration, environment and images in `agent.podspec`; volumes in
-`agent.volumes`; what the agent hands every worker (`WorkerContext`, `WorkerOptions`) in
-`agent.podcontext`; this module keeps the worker's loop and its actions.
+`agent.volumes`; one container's configuration and its stop (preStop hook) in
+`agent.containers`; the pod's probes (`PodProbes`) in `agent.podprobes`; what the agent hands
+every worker (`WorkerContext`, `WorkerOptions`) in `agent.podcontext`; this module keeps the
+worker's loop and its actions.
 """
 
 from __future__ import annotations
@@ -57,36 +59,30 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from orchestrator.agent.backoff import Backoff, go_duration
+from orchestrator.agent.containers import container_config, stop_container
 from orchestrator.agent.podcontext import (
     API_TIMEOUT,
     RUNTIME_TIMEOUT,
     WorkerContext,
     WorkerOptions,
 )
+from orchestrator.agent.podprobes import PodProbes
 from orchestrator.agent.podspec import (
-    LABEL_AGENT,
-    LABEL_CONTAINER_KIND,
     LABEL_CONTAINER_NAME,
-    LABEL_POD_NAME,
-    LABEL_POD_NAMESPACE,
     LABEL_POD_UID,
     ContainerWaiting,
-    container_env,
     ensure_image,
-    expand,
-    linux_resources,
     meta_of,
     pod_dir,
     sandbox_config,
     spec_of,
 )
 from orchestrator.agent.podstatus import TERMINAL, PodView, StatusInputs, init_progress, pod_status
-from orchestrator.agent.volumes import container_mounts, mkdirs
+from orchestrator.agent.volumes import mkdirs
 from orchestrator.client.resource import PODS
 from orchestrator.cri.runtime import (
     ContainerConfig,
@@ -156,8 +152,7 @@ class PodWorker:
         self._seen = time.monotonic()  # agent_pod_start_duration_seconds starts here
         self._stopped = False
         self._start_time = str((pod.get("status") or {}).get("startTime") or "")
-        self._probes: dict[str, tuple[trio.CancelScope, Any]] = {}  # cid -> scope, probes
-        self._kill: set[str] = set()  # container ids to restart (liveness/startup failed)
+        self.probes = PodProbes(ctx, self._event, self.poke)
         self._nursery: trio.Nursery | None = None
 
     # ------------------------------------------------------------------ inputs
@@ -252,7 +247,7 @@ class PodWorker:
             self._start_time = now_rfc3339(self.ctx.clock())
         if self._reported_phase in TERMINAL:
             await self._stop_sandboxes(view, remove=False)
-            self._cancel_probes(set())
+            self.probes.cancel(set())
             await self._report(view)
             return math.inf
         acted, next_due = await self._converge(view)
@@ -260,11 +255,11 @@ class PodWorker:
             wake_at = min(wake_at, next_due)
         if acted:
             view = await self.observe()
-        self._sync_probes(view)
+        self.probes.sync(self.pod, view, self._nursery)
         phase = await self._report(view)
         if phase in TERMINAL:
             await self._stop_sandboxes(view, remove=False)
-            self._cancel_probes(set())
+            self.probes.cancel(set())
             return math.inf
         return wake_at
 
@@ -282,12 +277,12 @@ class PodWorker:
         acted = False
         # liveness/startup failures: stop the container; it restarts per restartPolicy below
         for cs in view.all():
-            if cs.id in self._kill and cs.state == ContainerState.RUNNING:
+            if cs.id in self.probes.kill and cs.state == ContainerState.RUNNING:
                 grace = int(spec.get("terminationGracePeriodSeconds") or DEFAULT_GRACE)
                 with trio.fail_after(grace + RUNTIME_TIMEOUT):
                     await self.ctx.runtime.stop_container(cs.id, grace)
                 acted = True
-        self._kill.clear()
+        self.probes.kill.clear()
         if acted:
             return True, trio.current_time()
         # init containers, in order
@@ -449,7 +444,7 @@ class PodWorker:
         try:
             image_ref = await ensure_image(self.ctx, self.pod, c)
             attempt = self._max_attempt.get(name, -1) + 1
-            config = await self._container_config(c, kind, attempt, view.pod_ip)
+            config = await container_config(self.ctx, self.pod, c, kind, attempt, view.pod_ip)
         except ContainerWaiting as w:
             self._fail(name, w.reason, w.message)
             return False, self._retry_at[name]
@@ -481,108 +476,6 @@ class PodWorker:
                     await rt.remove_container(old.id)
         return True, None
 
-    async def _container_config(
-        self, c: Obj, kind: str, attempt: int, pod_ip: str
-    ) -> ContainerConfig:
-        pod = self.pod
-        m = meta_of(pod)
-        name = str(c.get("name", ""))
-        env = await container_env(self.ctx, pod, c, pod_ip)
-        mounts = await container_mounts(self.ctx, pod, c)
-        labels = {
-            LABEL_AGENT: self.ctx.node_name,
-            LABEL_POD_UID: self.uid,
-            LABEL_POD_NAME: str(m.get("name", "")),
-            LABEL_POD_NAMESPACE: str(m.get("namespace", "")),
-            LABEL_CONTAINER_NAME: name,
-            LABEL_CONTAINER_KIND: kind,
-        }
-        try:
-            resources = linux_resources(c)
-        except ValueError as exc:
-            raise ContainerWaiting(
-                "CreateContainerConfigError", f"invalid resources: {exc}"
-            ) from None
-        return ContainerConfig(
-            name=name,
-            image=str(c.get("image", "")),
-            attempt=attempt,
-            command=tuple(expand(str(x), env) for x in c.get("command") or []),
-            args=tuple(expand(str(x), env) for x in c.get("args") or []),
-            working_dir=str(c.get("workingDir") or ""),
-            envs=env,
-            mounts=tuple(mounts),
-            labels=labels,
-            log_path=f"{name}/{attempt}.log",
-            resources=resources,
-            stdin=bool(c.get("stdin")),
-            tty=bool(c.get("tty")),
-        )
-
-    # ------------------------------------------------------------------ probes
-    def _sync_probes(self, view: PodView) -> None:
-        running = {cs.id: cs for cs in view.all() if cs.state == ContainerState.RUNNING}
-        self._cancel_probes(set(running))
-        factory = self.ctx.probes
-        if factory is None or self._nursery is None:
-            return
-        specs = {str(c.get("name", "")): c for c in spec_of(self.pod).get("containers") or []}
-        for cid, cs in running.items():
-            c = specs.get(cs.name)
-            if cid in self._probes or c is None:
-                continue
-            if not any(c.get(k) for k in ("livenessProbe", "readinessProbe", "startupProbe")):
-                continue
-            started = (cs.started_at or cs.created_at) / 1e9
-            probes = factory(
-                c,
-                cid,
-                pod_ip=self.ctx.host_ip if spec_of(self.pod).get("hostNetwork") else view.pod_ip,
-                host_ip=self.ctx.host_ip,
-                started_ago=max(0.0, self.ctx.clock() - started),
-                on_result=self._on_probe,
-            )
-            scope = trio.CancelScope()
-            self._probes[cid] = (scope, probes)
-            self._nursery.start_soon(self._run_probes, scope, probes)
-
-    @staticmethod
-    async def _run_probes(scope: trio.CancelScope, probes: Any) -> None:
-        with scope:
-            await probes.run()
-            await trio.sleep_forever()  # keep the results readable until the container stops
-
-    def _cancel_probes(self, keep: set[str]) -> None:
-        for cid in list(self._probes):
-            if cid not in keep:
-                self._probes.pop(cid)[0].cancel()
-
-    def _on_probe(self, event: Any) -> None:
-        kind = str(getattr(getattr(event, "kind", ""), "value", getattr(event, "kind", "")))
-        result = str(getattr(getattr(event, "result", ""), "value", getattr(event, "result", "")))
-        name = str(getattr(event, "container", ""))
-        cid = str(getattr(event, "container_id", ""))
-        message = str(getattr(event, "message", ""))
-        if result == "Failure":
-            self._event("Warning", "Unhealthy", f"{kind.capitalize()} probe failed: {message}")
-            if kind in ("liveness", "startup"):
-                self._event(
-                    "Normal",
-                    "Killing",
-                    f"Container {name} failed {kind} probe, will be restarted",
-                )
-                self._kill.add(cid)
-        self._wake.set()
-
-    def _probe_states(self) -> dict[str, tuple[bool, bool]]:
-        out = {}
-        for cid, (_, probes) in self._probes.items():
-            out[cid] = (
-                bool(getattr(probes, "ready", True)),
-                bool(getattr(probes, "started", True)),
-            )
-        return out
-
     # ------------------------------------------------------------------ status
     async def _report(self, view: PodView) -> str:
         """Write the status if it changed; returns the phase."""
@@ -591,7 +484,7 @@ class PodWorker:
             runtime_name=self.ctx.runtime_name,
             start_time=self._start_time,
             waiting=self.waiting,
-            probes=self._probe_states(),
+            probes=self.probes.states(),
             previous=self._reported or (self.pod.get("status") or None),
             now=self.ctx.clock(),
         )
@@ -655,7 +548,7 @@ class PodWorker:
                     *(spec_of(self.pod).get("containers") or []),
                 ]
             }
-            self._cancel_probes(set())
+            self.probes.cancel(set())
             running = [cs for cs in view.all() if cs.state == ContainerState.RUNNING]
             if running:
                 self._event(
@@ -665,7 +558,14 @@ class PodWorker:
                 )
             async with trio.open_nursery() as nursery:
                 for cs in running:
-                    nursery.start_soon(self._kill_container, cs, specs.get(cs.name), deadline)
+                    nursery.start_soon(
+                        stop_container,
+                        self.ctx.runtime,
+                        cs,
+                        specs.get(cs.name),
+                        deadline,
+                        self._event,
+                    )
             await self._stop_sandboxes(view, remove=True)
             await trio.to_thread.run_sync(shutil.rmtree, pod_dir(self.ctx.data_dir, self.pod), True)
             self._stopped = True
@@ -686,28 +586,6 @@ class PodWorker:
                     return trio.current_time() + self.ctx.options.error_retry
         await self.ctx.store.delete_pod(self.uid)
         return None
-
-    async def _kill_container(self, cs: ContainerStatus, spec: Obj | None, deadline: float) -> None:
-        rt = self.ctx.runtime
-        pre_stop = ((spec or {}).get("lifecycle") or {}).get("preStop") or {}
-        command = (pre_stop.get("exec") or {}).get("command")
-        if command:
-            left = deadline - trio.current_time()
-            with trio.move_on_after(max(0.0, left)):
-                try:
-                    res = await rt.exec_sync(cs.id, [str(x) for x in command], max(1.0, left))
-                    if res.exit_code != 0:
-                        self._event(
-                            "Warning",
-                            "FailedPreStopHook",
-                            f"PreStopHook failed: exit code {res.exit_code}: "
-                            + (res.stdout + res.stderr).decode("utf-8", "replace").strip(),
-                        )
-                except CriError as exc:
-                    self._event("Warning", "FailedPreStopHook", f"PreStopHook failed: {exc}")
-        left = max(0, math.ceil(deadline - trio.current_time()))
-        with trio.fail_after(left + RUNTIME_TIMEOUT):
-            await rt.stop_container(cs.id, left)
 
     # ------------------------------------------------------------------ events
     def _event(self, type_: str, reason: str, message: str) -> None:
