@@ -495,6 +495,7 @@ POD_SCHEMA: Schema = object_schema(
     "A group of containers scheduled together onto one node, sharing network and volumes.",
     POD_SPEC,
     POD_STATUS,
+    proto={"metadata": 1, "spec": 2, "status": 3},
 )
 
 POD = Kind(

@@ -10,6 +10,8 @@ Invariant: every named struct here is built once and shared; never mutate these 
 
 from __future__ import annotations
 
+from typing import Any
+
 from orchestrator.kube.schema.builders import (
     Schema,
     array,
@@ -27,12 +29,25 @@ from orchestrator.kube.schema.builders import (
 )
 from orchestrator.kube.schema.core_v1_container import CONTAINER, POD_SECURITY_CONTEXT, V1, by_name
 from orchestrator.kube.schema.meta import condition, conditions, label_selector, object_meta
+from orchestrator.kube.schema.proto import (
+    BOOL,
+    INT32,
+    INT64,
+    MESSAGE,
+    QUANTITY,
+    STRING,
+    inline,
+    message,
+    ptr,
+    wire,
+)
 
 LOCAL_OBJECT_REFERENCE = obj(
     "Names an object in the same namespace.",
     {"name": string("Name of the referent.")},
     name=f"{V1}.LocalObjectReference",
     map_type="atomic",
+    proto={"name": 1},
 )
 
 # -- volumes ---------------------------------------------------------------------------------
@@ -46,7 +61,109 @@ KEY_TO_PATH = obj(
     },
     required=("key", "path"),
     name=f"{V1}.KeyToPath",
+    proto={"key": 1, "path": 2, "mode": ptr(3)},
 )
+
+# Protobuf-only messages: the volume sources the schema keeps as `preserve_unknown` still decode
+# from protobuf bodies, with these upstream tables (see `schema.proto`).
+_PB_KEY_TO_PATH = message(
+    "v1.KeyToPath",
+    {"key": wire(1, STRING), "path": wire(2, STRING), "mode": wire(3, INT32, keep=True)},
+)
+_PB_LOCAL_OBJECT_REFERENCE = inline(
+    1, message("v1.LocalObjectReference", {"name": wire(1, STRING)})
+)
+_PB_DOWNWARD_API_VOLUME_FILE = message(
+    "v1.DownwardAPIVolumeFile",
+    {
+        "path": wire(1, STRING),
+        "fieldRef": wire(
+            2,
+            MESSAGE,
+            msg=message(
+                "v1.ObjectFieldSelector",
+                {"apiVersion": wire(1, STRING), "fieldPath": wire(2, STRING)},
+            ),
+        ),
+        "resourceFieldRef": wire(
+            3,
+            MESSAGE,
+            msg=message(
+                "v1.ResourceFieldSelector",
+                {
+                    "containerName": wire(1, STRING),
+                    "resource": wire(2, STRING),
+                    "divisor": wire(3, QUANTITY),
+                },
+            ),
+        ),
+        "mode": wire(4, INT32, keep=True),
+    },
+)
+_PB_DOWNWARD_API_VOLUME_SOURCE = message(
+    "v1.DownwardAPIVolumeSource",
+    {
+        "items": wire(1, MESSAGE, repeated=True, msg=_PB_DOWNWARD_API_VOLUME_FILE),
+        "defaultMode": wire(2, INT32, keep=True),
+    },
+)
+
+
+def _pb_key_projection(name: str) -> dict[str, Any]:
+    """SecretProjection and ConfigMapProjection: the same fields."""
+    return message(
+        name,
+        {
+            "localObjectReference": _PB_LOCAL_OBJECT_REFERENCE,
+            "items": wire(2, MESSAGE, repeated=True, msg=_PB_KEY_TO_PATH),
+            "optional": wire(4, BOOL, keep=True),
+        },
+    )
+
+
+_PB_PROJECTED_VOLUME_SOURCE = message(
+    "v1.ProjectedVolumeSource",
+    {
+        "sources": wire(
+            1,
+            MESSAGE,
+            repeated=True,
+            msg=message(
+                "v1.VolumeProjection",
+                {
+                    "secret": wire(1, MESSAGE, msg=_pb_key_projection("v1.SecretProjection")),
+                    "downwardAPI": wire(
+                        2,
+                        MESSAGE,
+                        msg=message(
+                            "v1.DownwardAPIProjection",
+                            {
+                                "items": wire(
+                                    1, MESSAGE, repeated=True, msg=_PB_DOWNWARD_API_VOLUME_FILE
+                                )
+                            },
+                        ),
+                    ),
+                    "configMap": wire(3, MESSAGE, msg=_pb_key_projection("v1.ConfigMapProjection")),
+                    "serviceAccountToken": wire(
+                        4,
+                        MESSAGE,
+                        msg=message(
+                            "v1.ServiceAccountTokenProjection",
+                            {
+                                "audience": wire(1, STRING),
+                                "expirationSeconds": wire(2, INT64, keep=True),
+                                "path": wire(3, STRING),
+                            },
+                        ),
+                    ),
+                },
+            ),
+        ),
+        "defaultMode": wire(2, INT32, keep=True),
+    },
+)
+
 
 VOLUME_SOURCES: dict[str, Schema] = {
     "hostPath": obj(
@@ -69,6 +186,7 @@ VOLUME_SOURCES: dict[str, Schema] = {
         },
         required=("path",),
         name=f"{V1}.HostPathVolumeSource",
+        proto={"path": 1, "type": ptr(2)},
     ),
     "emptyDir": obj(
         "A scratch directory that lives as long as the pod.",
@@ -77,6 +195,7 @@ VOLUME_SOURCES: dict[str, Schema] = {
             "sizeLimit": quantity("Most the volume may hold."),
         },
         name=f"{V1}.EmptyDirVolumeSource",
+        proto={"medium": 1, "sizeLimit": ptr(2)},
     ),
     "configMap": obj(
         "The keys of a ConfigMap as files.",
@@ -87,6 +206,12 @@ VOLUME_SOURCES: dict[str, Schema] = {
             "optional": boolean("If true, a missing ConfigMap is not an error."),
         },
         name=f"{V1}.ConfigMapVolumeSource",
+        proto={
+            "localObjectReference": inline(1, message("v1.LocalObjectReference", {"name": 1})),
+            "items": 2,
+            "defaultMode": ptr(3),
+            "optional": ptr(4),
+        },
     ),
     "secret": obj(
         "The keys of a Secret as files.",
@@ -97,6 +222,7 @@ VOLUME_SOURCES: dict[str, Schema] = {
             "optional": boolean("If true, a missing Secret is not an error."),
         },
         name=f"{V1}.SecretVolumeSource",
+        proto={"secretName": 1, "items": 2, "defaultMode": ptr(3), "optional": ptr(4)},
     ),
     "persistentVolumeClaim": obj(
         "A PersistentVolumeClaim in the pod's namespace.",
@@ -107,8 +233,10 @@ VOLUME_SOURCES: dict[str, Schema] = {
         required=("claimName",),
         name=f"{V1}.PersistentVolumeClaimVolumeSource",
     ),
-    "downwardAPI": preserve_unknown("Pod fields as files."),
-    "projected": preserve_unknown("Several sources projected into one directory."),
+    "downwardAPI": preserve_unknown("Pod fields as files.", proto=_PB_DOWNWARD_API_VOLUME_SOURCE),
+    "projected": preserve_unknown(
+        "Several sources projected into one directory.", proto=_PB_PROJECTED_VOLUME_SOURCE
+    ),
 }
 
 VOLUME = obj(
@@ -116,6 +244,23 @@ VOLUME = obj(
     {"name": string("Volume name, a DNS label unique within the pod."), **VOLUME_SOURCES},
     required=("name",),
     name=f"{V1}.Volume",
+    proto={
+        "name": 1,
+        "volumeSource": inline(
+            2,
+            message(
+                "v1.VolumeSource",
+                {
+                    "hostPath": 1,
+                    "emptyDir": 2,
+                    "secret": 6,
+                    "downwardAPI": 16,
+                    "configMap": 19,
+                    "projected": 26,
+                },
+            ),
+        ),
+    },
 )
 
 # -- scheduling ------------------------------------------------------------------------------
@@ -204,6 +349,7 @@ TOLERATION = obj(
         ),
     },
     name=f"{V1}.Toleration",
+    proto={"key": 1, "operator": 2, "value": 3, "effect": 4, "tolerationSeconds": ptr(5)},
 )
 
 TOPOLOGY_SPREAD_CONSTRAINT = obj(
@@ -229,6 +375,7 @@ HOST_ALIAS = obj(
     {"ip": string("The IP address."), "hostnames": strings("Host names for the IP.")},
     required=("ip",),
     name=f"{V1}.HostAlias",
+    proto={"ip": 1, "hostnames": 2},
 )
 
 POD_SPEC = obj(
@@ -258,7 +405,25 @@ POD_SPEC = obj(
             "How the pod's DNS is configured; ClusterFirst by default.",
             enum=("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"),
         ),
-        "dnsConfig": preserve_unknown("Extra DNS settings merged into the generated resolv.conf."),
+        "dnsConfig": preserve_unknown(
+            "Extra DNS settings merged into the generated resolv.conf.",
+            proto=message(
+                "v1.PodDNSConfig",
+                {
+                    "nameservers": wire(1, STRING, repeated=True),
+                    "searches": wire(2, STRING, repeated=True),
+                    "options": wire(
+                        3,
+                        MESSAGE,
+                        repeated=True,
+                        msg=message(
+                            "v1.PodDNSConfigOption",
+                            {"name": wire(1, STRING), "value": wire(2, STRING, keep=True)},
+                        ),
+                    ),
+                },
+            ),
+        ),
         "nodeSelector": string_map("Node labels the pod's node must have.", map_type="atomic"),
         "serviceAccountName": string("Service account the pod runs as."),
         "serviceAccount": string("Deprecated alias of serviceAccountName."),
@@ -294,6 +459,7 @@ POD_SPEC = obj(
                 {"conditionType": string("Pod condition type that must be True.")},
                 required=("conditionType",),
                 name=f"{V1}.PodReadinessGate",
+                proto={"conditionType": 1},
             ),
             "Extra conditions for readiness.",
             list_type="atomic",
@@ -314,6 +480,7 @@ POD_SPEC = obj(
             {"name": string("linux or windows.")},
             required=("name",),
             name=f"{V1}.PodOS",
+            proto={"name": 1},
         ),
         "schedulingGates": by_name(
             obj(
@@ -321,12 +488,50 @@ POD_SPEC = obj(
                 {"name": string("Name of the gate.")},
                 required=("name",),
                 name=f"{V1}.PodSchedulingGate",
+                proto={"name": 1},
             ),
             "Scheduling holds the pod while any are present.",
         ),
     },
     required=("containers",),
     name=f"{V1}.PodSpec",
+    proto={
+        "volumes": 1,
+        "containers": 2,
+        "restartPolicy": 3,
+        "terminationGracePeriodSeconds": ptr(4),
+        "activeDeadlineSeconds": ptr(5),
+        "dnsPolicy": 6,
+        "nodeSelector": 7,
+        "serviceAccountName": 8,
+        "serviceAccount": 9,
+        "nodeName": 10,
+        "hostNetwork": 11,
+        "hostPID": 12,
+        "hostIPC": 13,
+        "securityContext": 14,
+        "imagePullSecrets": 15,
+        "hostname": 16,
+        "subdomain": 17,
+        "schedulerName": 19,
+        "initContainers": 20,
+        "automountServiceAccountToken": ptr(21),
+        "tolerations": 22,
+        "hostAliases": 23,
+        "priorityClassName": 24,
+        "priority": ptr(25),
+        "dnsConfig": 26,
+        "shareProcessNamespace": ptr(27),
+        "readinessGates": 28,
+        "runtimeClassName": ptr(29),
+        "enableServiceLinks": ptr(30),
+        "preemptionPolicy": ptr(31),
+        "overhead": 32,
+        "setHostnameAsFQDN": wire(35, BOOL, keep=True),
+        "os": 36,
+        "hostUsers": wire(37, BOOL, keep=True),
+        "schedulingGates": 38,
+    },
 )
 
 POD_TEMPLATE_SPEC = obj(
@@ -336,6 +541,7 @@ POD_TEMPLATE_SPEC = obj(
         "spec": with_description(POD_SPEC, "Spec of the created pods."),
     },
     name=f"{V1}.PodTemplateSpec",
+    proto={"metadata": 1, "spec": 2},
 )
 
 # -- status ----------------------------------------------------------------------------------
@@ -391,9 +597,19 @@ CONTAINER_STATUS = obj(
     name=f"{V1}.ContainerStatus",
 )
 
-POD_IP = obj("An IP of the pod.", {"ip": string("The IP.")}, required=("ip",), name=f"{V1}.PodIP")
+POD_IP = obj(
+    "An IP of the pod.",
+    {"ip": string("The IP.")},
+    required=("ip",),
+    name=f"{V1}.PodIP",
+    proto={"ip": 1},
+)
 HOST_IP = obj(
-    "An IP of the pod's node.", {"ip": string("The IP.")}, required=("ip",), name=f"{V1}.HostIP"
+    "An IP of the pod's node.",
+    {"ip": string("The IP.")},
+    required=("ip",),
+    name=f"{V1}.HostIP",
+    proto={"ip": 1},
 )
 
 
@@ -410,7 +626,20 @@ POD_STATUS = obj(
     {
         "phase": string("Lifecycle phase.", enum=POD_PHASES),
         "conditions": conditions(
-            condition(f"{V1}.PodCondition", "A pod condition.", "lastProbeTime"),
+            condition(
+                f"{V1}.PodCondition",
+                "A pod condition.",
+                "lastProbeTime",
+                proto={
+                    "type": 1,
+                    "status": 2,
+                    "lastProbeTime": 3,
+                    "lastTransitionTime": 4,
+                    "reason": 5,
+                    "message": 6,
+                    "observedGeneration": wire(7, INT64),
+                },
+            ),
         ),
         "message": string("Why the pod is in its state."),
         "reason": string("CamelCase reason, e.g. Evicted."),
@@ -430,4 +659,19 @@ POD_STATUS = obj(
         "containerStatuses": array(CONTAINER_STATUS, "Container states.", list_type="atomic"),
     },
     name=f"{V1}.PodStatus",
+    proto={
+        "phase": 1,
+        "conditions": 2,
+        "message": 3,
+        "reason": 4,
+        "hostIP": 5,
+        "podIP": 6,
+        "startTime": 7,
+        "qosClass": 9,
+        "nominatedNodeName": 11,
+        "podIPs": 12,
+        "resize": wire(14, STRING),
+        "hostIPs": 16,
+        "observedGeneration": wire(17, INT64),
+    },
 )
