@@ -29,8 +29,8 @@ from orchestrator.kube.schema.columns import AGE, NAME, age_of, parse_rfc3339
 from orchestrator.kube.schema.core_v1_container import V1
 from orchestrator.kube.schema.core_v1_node import NODE
 from orchestrator.kube.schema.core_v1_pod import POD
-from orchestrator.kube.schema.core_v1_pod_schema import LOCAL_OBJECT_REFERENCE
 from orchestrator.kube.schema.core_v1_service import ENDPOINTS, OBJECT_REFERENCE, SERVICE
+from orchestrator.kube.schema.core_v1_volume import LOCAL_OBJECT_REFERENCE
 from orchestrator.kube.schema.kind import Column, Kind
 from orchestrator.kube.schema.meta import (
     condition,

@@ -20,7 +20,8 @@ from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.builders import Schema
 from orchestrator.kube.schema.columns import AGE, NAME, NONE, human_duration, parse_rfc3339
 from orchestrator.kube.schema.core_v1_container import V1
-from orchestrator.kube.schema.core_v1_pod_schema import POD_SPEC, POD_STATUS, VOLUME_SOURCES
+from orchestrator.kube.schema.core_v1_pod_schema import POD_SPEC, POD_STATUS
+from orchestrator.kube.schema.core_v1_volume import VOLUME_SOURCES
 from orchestrator.kube.schema.kind import Column, Kind
 from orchestrator.kube.schema.meta import (
     dict_list,
