@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.kube.schema.crd import crd_status, kinds_from_crd, validate_crd
+from orchestrator.kube.schema.crd import crd_status, kinds_from_crd
+from orchestrator.kube.schema.crd_validation import validate_crd
 from orchestrator.kube.schema.kind import Registry, ScaleSpec
 from orchestrator.kube.schema.openapi import openapi_document
 from orchestrator.kube.schema.validation import validate

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from orchestrator.kube.errors import Cause
 from orchestrator.kube.objects import Obj
-from orchestrator.kube.schema import crd
+from orchestrator.kube.schema import crd_validation
 from orchestrator.kube.schema.builders import (
     array,
     boolean,
@@ -158,9 +158,9 @@ def default_crd(crd: Obj) -> None:
 
 
 def validate_crd(new: Obj, old: Obj | None) -> list[Cause]:
-    """The CRD checks of `crd.validate_crd` (names, versions, structural schemas), plus the
-    fields that may not change on update."""
-    causes = crd.validate_crd(new)
+    """The CRD checks of `crd_validation.validate_crd` (names, versions, structural schemas),
+    plus the fields that may not change on update."""
+    causes = crd_validation.validate_crd(new)
     if old is not None:
         old_scope = get(old, "spec.scope")
         if old_scope and get(new, "spec.scope") != old_scope:

@@ -46,6 +46,7 @@ from orchestrator.kube.schema.meta import (
     selector_matches,
     sub,
 )
+from orchestrator.kube.schema.proto import INT32, STRING, ProtoField, ptr, wire
 
 APPS = "io.k8s.api.apps.v1"
 
@@ -66,8 +67,10 @@ def _history(desc: str = "Old revisions to keep for rollback; 10 by default.") -
     return integer(desc, minimum=0)
 
 
-def _conditions(kind: str, *times: str) -> Schema:
-    return conditions(condition(f"{APPS}.{kind}Condition", f"A {kind} condition.", *times))
+def _conditions(kind: str, *times: str, proto: dict[str, ProtoField] | None = None) -> Schema:
+    return conditions(
+        condition(f"{APPS}.{kind}Condition", f"A {kind} condition.", *times, proto=proto)
+    )
 
 
 # -- Deployment ------------------------------------------------------------------------------
@@ -96,10 +99,12 @@ DEPLOYMENT_SPEC = obj(
                         ),
                     },
                     name=f"{APPS}.RollingUpdateDeployment",
+                    proto={"maxUnavailable": ptr(1), "maxSurge": ptr(2)},
                 ),
             },
             name=f"{APPS}.DeploymentStrategy",
             patch_strategy="retainKeys",
+            proto={"type": 1, "rollingUpdate": 2},
         ),
         "revisionHistoryLimit": _history(),
         "paused": boolean("Stop rolling out template changes."),
@@ -109,6 +114,17 @@ DEPLOYMENT_SPEC = obj(
     },
     required=("selector", "template"),
     name=f"{APPS}.DeploymentSpec",
+    proto={
+        "replicas": ptr(1),
+        "selector": 2,
+        "template": 3,
+        "strategy": 4,
+        "minReadySeconds": 5,
+        "revisionHistoryLimit": ptr(6),
+        "paused": 7,
+        "progressDeadlineSeconds": ptr(9),
+        "podReplacementPolicy": wire(10, STRING, keep=True),
+    },
 )
 
 DEPLOYMENT_STATUS = obj(
@@ -120,10 +136,32 @@ DEPLOYMENT_STATUS = obj(
         "readyReplicas": integer("Pods that are ready."),
         "availableReplicas": integer("Pods ready for at least minReadySeconds."),
         "unavailableReplicas": integer("Pods still needed for full availability."),
-        "conditions": _conditions("Deployment", "lastUpdateTime"),
+        "conditions": _conditions(
+            "Deployment",
+            "lastUpdateTime",
+            proto={
+                "type": 1,
+                "status": 2,
+                "reason": 4,
+                "message": 5,
+                "lastUpdateTime": 6,
+                "lastTransitionTime": 7,
+            },
+        ),
         "collisionCount": integer("Hash collisions of the template; bumped to rename."),
     },
     name=f"{APPS}.DeploymentStatus",
+    proto={
+        "observedGeneration": 1,
+        "replicas": 2,
+        "updatedReplicas": 3,
+        "availableReplicas": 4,
+        "unavailableReplicas": 5,
+        "conditions": 6,
+        "readyReplicas": 7,
+        "collisionCount": ptr(8),
+        "terminatingReplicas": wire(9, INT32, keep=True),
+    },
 )
 
 
@@ -283,6 +321,7 @@ DEPLOYMENT = Kind(
         "Runs a replicated set of pods and rolls out changes to them declaratively.",
         DEPLOYMENT_SPEC,
         DEPLOYMENT_STATUS,
+        proto={"metadata": 1, "spec": 2, "status": 3},
     ),
     description="Runs a replicated set of pods and rolls out changes declaratively.",
     short_names=("deploy",),

@@ -23,6 +23,7 @@ from typing import Any
 Schema = dict[str, Any]
 
 NAME_KEY = "x-orchestrator-name"
+PROTO_KEY = "x-orchestrator-proto"  # protobuf field numbers: see `schema.proto`
 QUANTITY_NAME = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 
 NODE_KEYS = frozenset(
@@ -53,6 +54,7 @@ NODE_KEYS = frozenset(
         "x-kubernetes-patch-strategy",
         "x-kubernetes-patch-merge-key",
         NAME_KEY,
+        PROTO_KEY,
     }
 )
 TYPES = frozenset({"object", "array", "string", "integer", "number", "boolean"})
@@ -93,11 +95,15 @@ def obj(
     *,
     patch_strategy: str | None = None,
     map_type: str | None = None,
+    proto: Mapping[str, Any] | None = None,
 ) -> Schema:
-    """A struct: an object with known `properties` (unknown fields are rejected or pruned)."""
+    """A struct: an object with known `properties` (unknown fields are rejected or pruned).
+    `proto` gives its protobuf field numbers by property name (see `schema.proto`)."""
     node: Schema = {"type": "object", "description": description, "properties": dict(props)}
     if required:
         node["required"] = list(required)
+    if proto is not None:
+        node[PROTO_KEY] = {"fields": dict(proto)}
     return _put(node, name=name, patch_strategy=patch_strategy, map_type=map_type)
 
 
@@ -213,12 +219,18 @@ def micro_timestamp(desc: str) -> Schema:
     return {"type": "string", "format": "date-time", "description": desc}
 
 
-def preserve_unknown(desc: str, name: str | None = None) -> Schema:
-    """An object whose contents are kept as written, neither validated nor pruned."""
-    return _put(
+def preserve_unknown(
+    desc: str, name: str | None = None, *, proto: Mapping[str, Any] | None = None
+) -> Schema:
+    """An object whose contents are kept as written, neither validated nor pruned. `proto` is
+    its protobuf message (`schema.proto.message`), for the codec only."""
+    node = _put(
         {"type": "object", "description": desc, "x-kubernetes-preserve-unknown-fields": True},
         name=name,
     )
+    if proto is not None:
+        node[PROTO_KEY] = dict(proto)
+    return node
 
 
 def embedded_resource(desc: str) -> Schema:

@@ -29,8 +29,8 @@ from orchestrator.kube.schema.columns import AGE, NAME, age_of, parse_rfc3339
 from orchestrator.kube.schema.core_v1_container import V1
 from orchestrator.kube.schema.core_v1_node import NODE
 from orchestrator.kube.schema.core_v1_pod import POD
-from orchestrator.kube.schema.core_v1_pod_schema import LOCAL_OBJECT_REFERENCE
 from orchestrator.kube.schema.core_v1_service import ENDPOINTS, OBJECT_REFERENCE, SERVICE
+from orchestrator.kube.schema.core_v1_volume import LOCAL_OBJECT_REFERENCE
 from orchestrator.kube.schema.kind import Column, Kind
 from orchestrator.kube.schema.meta import (
     condition,
@@ -44,6 +44,7 @@ from orchestrator.kube.schema.meta import (
     object_schema,
     sub,
 )
+from orchestrator.kube.schema.proto import ptr
 
 # -- Namespace -------------------------------------------------------------------------------
 
@@ -74,17 +75,30 @@ NAMESPACE = Kind(
                 )
             },
             name=f"{V1}.NamespaceSpec",
+            proto={"finalizers": 1},
         ),
         obj(
             "Observed state of the namespace.",
             {
                 "phase": string("Active or Terminating.", enum=("Active", "Terminating")),
                 "conditions": conditions(
-                    condition(f"{V1}.NamespaceCondition", "A namespace condition.")
+                    condition(
+                        f"{V1}.NamespaceCondition",
+                        "A namespace condition.",
+                        proto={
+                            "type": 1,
+                            "status": 2,
+                            "lastTransitionTime": 4,
+                            "reason": 5,
+                            "message": 6,
+                        },
+                    )
                 ),
             },
             name=f"{V1}.NamespaceStatus",
+            proto={"phase": 1, "conditions": 2},
         ),
+        proto={"metadata": 1, "spec": 2, "status": 3},
     ),
     description="A scope for names.",
     short_names=("ns",),
@@ -324,6 +338,7 @@ CONFIG_MAP = Kind(
             ),
             "immutable": boolean("If true, the data can no longer change."),
         },
+        proto={"metadata": 1, "data": 2, "binaryData": 3, "immutable": ptr(4)},
     ),
     description="Non-secret configuration as key/value pairs.",
     short_names=("cm",),
@@ -367,6 +382,7 @@ SECRET = Kind(
             "type": string("How the data is used; Opaque by default."),
             "immutable": boolean("If true, the data can no longer change."),
         },
+        proto={"metadata": 1, "data": 2, "type": 3, "stringData": 4, "immutable": ptr(5)},
     ),
     description="Sensitive data as key/value pairs.",
     columns=(
@@ -405,6 +421,12 @@ SERVICE_ACCOUNT = Kind(
                 LOCAL_OBJECT_REFERENCE, "Secrets for pulling images.", list_type="atomic"
             ),
             "automountServiceAccountToken": boolean("Mount the account's token into pods."),
+        },
+        proto={
+            "metadata": 1,
+            "secrets": 2,
+            "imagePullSecrets": 3,
+            "automountServiceAccountToken": ptr(4),
         },
     ),
     description="An identity for processes that run in pods.",

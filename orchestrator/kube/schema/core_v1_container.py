@@ -23,6 +23,7 @@ from orchestrator.kube.schema.builders import (
     strings,
     with_description,
 )
+from orchestrator.kube.schema.proto import MESSAGE, STRING, inline, message, ptr, wire
 
 V1 = "io.k8s.api.core.v1"
 
@@ -50,6 +51,7 @@ CONTAINER_PORT = obj(
     },
     required=("containerPort",),
     name=f"{V1}.ContainerPort",
+    proto={"name": 1, "hostPort": 2, "containerPort": 3, "protocol": 4, "hostIP": 5},
 )
 
 _KEY_SELECTOR_FIELDS: dict[str, Schema] = {
@@ -67,6 +69,11 @@ ENV_VAR_SOURCE = obj(
             required=("key",),
             name=f"{V1}.ConfigMapKeySelector",
             map_type="atomic",
+            proto={
+                "localObjectReference": inline(1, message("v1.LocalObjectReference", {"name": 1})),
+                "key": 2,
+                "optional": ptr(3),
+            },
         ),
         "secretKeyRef": obj(
             "A key of a Secret.",
@@ -74,6 +81,11 @@ ENV_VAR_SOURCE = obj(
             required=("key",),
             name=f"{V1}.SecretKeySelector",
             map_type="atomic",
+            proto={
+                "localObjectReference": inline(1, message("v1.LocalObjectReference", {"name": 1})),
+                "key": 2,
+                "optional": ptr(3),
+            },
         ),
         "fieldRef": obj(
             "A field of the pod, e.g. metadata.name or status.podIP.",
@@ -84,6 +96,7 @@ ENV_VAR_SOURCE = obj(
             required=("fieldPath",),
             name=f"{V1}.ObjectFieldSelector",
             map_type="atomic",
+            proto={"apiVersion": 1, "fieldPath": 2},
         ),
         "resourceFieldRef": obj(
             "A resource limit or request of a container, e.g. limits.cpu.",
@@ -95,9 +108,11 @@ ENV_VAR_SOURCE = obj(
             required=("resource",),
             name=f"{V1}.ResourceFieldSelector",
             map_type="atomic",
+            proto={"containerName": 1, "resource": 2, "divisor": 3},
         ),
     },
     name=f"{V1}.EnvVarSource",
+    proto={"fieldRef": 1, "resourceFieldRef": 2, "configMapKeyRef": 3, "secretKeyRef": 4},
 )
 
 ENV_VAR = obj(
@@ -109,6 +124,7 @@ ENV_VAR = obj(
     },
     required=("name",),
     name=f"{V1}.EnvVar",
+    proto={"name": 1, "value": 2, "valueFrom": 3},
 )
 
 _ENV_SOURCE_FIELDS: dict[str, Schema] = {
@@ -121,11 +137,26 @@ ENV_FROM_SOURCE = obj(
     {
         "prefix": string("Prefix added to every variable name."),
         "configMapRef": obj(
-            "The ConfigMap to read.", _ENV_SOURCE_FIELDS, name=f"{V1}.ConfigMapEnvSource"
+            "The ConfigMap to read.",
+            _ENV_SOURCE_FIELDS,
+            name=f"{V1}.ConfigMapEnvSource",
+            proto={
+                "localObjectReference": inline(1, message("v1.LocalObjectReference", {"name": 1})),
+                "optional": ptr(2),
+            },
         ),
-        "secretRef": obj("The Secret to read.", _ENV_SOURCE_FIELDS, name=f"{V1}.SecretEnvSource"),
+        "secretRef": obj(
+            "The Secret to read.",
+            _ENV_SOURCE_FIELDS,
+            name=f"{V1}.SecretEnvSource",
+            proto={
+                "localObjectReference": inline(1, message("v1.LocalObjectReference", {"name": 1})),
+                "optional": ptr(2),
+            },
+        ),
     },
     name=f"{V1}.EnvFromSource",
+    proto={"prefix": 1, "configMapRef": 2, "secretRef": 3},
 )
 
 RESOURCE_REQUIREMENTS = obj(
@@ -135,6 +166,16 @@ RESOURCE_REQUIREMENTS = obj(
         "requests": quantity_map("What the scheduler reserves for the container."),
     },
     name=f"{V1}.ResourceRequirements",
+    proto={
+        "limits": 1,
+        "requests": 2,
+        "claims": wire(
+            3,
+            MESSAGE,
+            repeated=True,
+            msg=message("v1.ResourceClaim", {"name": wire(1, STRING), "request": wire(2, STRING)}),
+        ),
+    },
 )
 
 VOLUME_MOUNT = obj(
@@ -152,12 +193,22 @@ VOLUME_MOUNT = obj(
     },
     required=("name", "mountPath"),
     name=f"{V1}.VolumeMount",
+    proto={
+        "name": 1,
+        "readOnly": 2,
+        "mountPath": 3,
+        "subPath": 4,
+        "mountPropagation": ptr(5),
+        "subPathExpr": 6,
+        "recursiveReadOnly": wire(7, STRING, keep=True),
+    },
 )
 
 EXEC_ACTION = obj(
     "Run a command in the container; exit status 0 means success.",
     {"command": strings("The command and its arguments (not run in a shell).")},
     name=f"{V1}.ExecAction",
+    proto={"command": 1},
 )
 
 HTTP_GET_ACTION = obj(
@@ -173,6 +224,7 @@ HTTP_GET_ACTION = obj(
                 {"name": string("Header name."), "value": string("Header value.")},
                 required=("name", "value"),
                 name=f"{V1}.HTTPHeader",
+                proto={"name": 1, "value": 2},
             ),
             "Extra request headers.",
             list_type="atomic",
@@ -180,6 +232,7 @@ HTTP_GET_ACTION = obj(
     },
     required=("port",),
     name=f"{V1}.HTTPGetAction",
+    proto={"path": 1, "port": 2, "host": 3, "scheme": 4, "httpHeaders": 5},
 )
 
 TCP_SOCKET_ACTION = obj(
@@ -190,6 +243,7 @@ TCP_SOCKET_ACTION = obj(
     },
     required=("port",),
     name=f"{V1}.TCPSocketAction",
+    proto={"port": 1, "host": 2},
 )
 
 GRPC_ACTION = obj(
@@ -200,6 +254,7 @@ GRPC_ACTION = obj(
     },
     required=("port",),
     name=f"{V1}.GRPCAction",
+    proto={"port": 1, "service": ptr(2)},
 )
 
 PROBE = obj(
@@ -223,6 +278,17 @@ PROBE = obj(
         ),
     },
     name=f"{V1}.Probe",
+    proto={
+        "handler": inline(
+            1, message("v1.ProbeHandler", {"exec": 1, "httpGet": 2, "tcpSocket": 3, "grpc": 4})
+        ),
+        "initialDelaySeconds": 2,
+        "timeoutSeconds": 3,
+        "periodSeconds": 4,
+        "successThreshold": 5,
+        "failureThreshold": 6,
+        "terminationGracePeriodSeconds": ptr(7),
+    },
 )
 
 LIFECYCLE_HANDLER = obj(
@@ -236,9 +302,11 @@ LIFECYCLE_HANDLER = obj(
             {"seconds": integer("Seconds to sleep.", fmt="int64")},
             required=("seconds",),
             name=f"{V1}.SleepAction",
+            proto={"seconds": 1},
         ),
     },
     name=f"{V1}.LifecycleHandler",
+    proto={"exec": 1, "httpGet": 2, "tcpSocket": 3, "sleep": 4},
 )
 
 LIFECYCLE = obj(
@@ -248,6 +316,7 @@ LIFECYCLE = obj(
         "preStop": with_description(LIFECYCLE_HANDLER, "Run before the container is stopped."),
     },
     name=f"{V1}.Lifecycle",
+    proto={"postStart": 1, "preStop": 2, "stopSignal": wire(3, STRING, keep=True)},
 )
 
 SECCOMP_PROFILE = obj(
@@ -258,6 +327,7 @@ SECCOMP_PROFILE = obj(
     },
     required=("type",),
     name=f"{V1}.SeccompProfile",
+    proto={"type": 1, "localhostProfile": ptr(2)},
 )
 
 _ID_FIELDS: dict[str, Schema] = {
@@ -265,7 +335,18 @@ _ID_FIELDS: dict[str, Schema] = {
     "runAsGroup": integer("GID to run the entrypoint as.", fmt="int64"),
     "runAsNonRoot": boolean("Refuse to start if the image would run as root."),
     "seccompProfile": SECCOMP_PROFILE,
-    "seLinuxOptions": preserve_unknown("SELinux labels to apply."),
+    "seLinuxOptions": preserve_unknown(
+        "SELinux labels to apply.",
+        proto=message(
+            "v1.SELinuxOptions",
+            {
+                "user": wire(1, STRING),
+                "role": wire(2, STRING),
+                "type": wire(3, STRING),
+                "level": wire(4, STRING),
+            },
+        ),
+    ),
 }
 
 SECURITY_CONTEXT = obj(
@@ -282,10 +363,23 @@ SECURITY_CONTEXT = obj(
                 "drop": strings("Capabilities to drop."),
             },
             name=f"{V1}.Capabilities",
+            proto={"add": 1, "drop": 2},
         ),
         "procMount": string("Proc mount type: Default or Unmasked."),
     },
     name=f"{V1}.SecurityContext",
+    proto={
+        "capabilities": 1,
+        "privileged": ptr(2),
+        "seLinuxOptions": 3,
+        "runAsUser": ptr(4),
+        "runAsNonRoot": ptr(5),
+        "readOnlyRootFilesystem": ptr(6),
+        "allowPrivilegeEscalation": ptr(7),
+        "runAsGroup": ptr(8),
+        "procMount": ptr(9),
+        "seccompProfile": 11,
+    },
 )
 
 POD_SECURITY_CONTEXT = obj(
@@ -307,12 +401,26 @@ POD_SECURITY_CONTEXT = obj(
                 {"name": string("Parameter name."), "value": string("Parameter value.")},
                 required=("name", "value"),
                 name=f"{V1}.Sysctl",
+                proto={"name": 1, "value": 2},
             ),
             "Namespaced sysctls for the pod.",
             list_type="atomic",
         ),
     },
     name=f"{V1}.PodSecurityContext",
+    proto={
+        "seLinuxOptions": 1,
+        "runAsUser": ptr(2),
+        "runAsNonRoot": ptr(3),
+        "supplementalGroups": 4,
+        "fsGroup": ptr(5),
+        "runAsGroup": ptr(6),
+        "sysctls": 7,
+        "fsGroupChangePolicy": ptr(9),
+        "seccompProfile": 10,
+        "supplementalGroupsPolicy": wire(12, STRING, keep=True),
+        "seLinuxChangePolicy": wire(13, STRING, keep=True),
+    },
 )
 
 CONTAINER = obj(
@@ -368,4 +476,45 @@ CONTAINER = obj(
     },
     required=("name",),
     name=f"{V1}.Container",
+    proto={
+        "name": 1,
+        "image": 2,
+        "command": 3,
+        "args": 4,
+        "workingDir": 5,
+        "ports": 6,
+        "env": 7,
+        "resources": 8,
+        "volumeMounts": 9,
+        "livenessProbe": 10,
+        "readinessProbe": 11,
+        "lifecycle": 12,
+        "terminationMessagePath": 13,
+        "imagePullPolicy": 14,
+        "securityContext": 15,
+        "stdin": 16,
+        "stdinOnce": 17,
+        "tty": 18,
+        "envFrom": 19,
+        "terminationMessagePolicy": 20,
+        "volumeDevices": wire(
+            21,
+            MESSAGE,
+            repeated=True,
+            msg=message(
+                "v1.VolumeDevice", {"name": wire(1, STRING), "devicePath": wire(2, STRING)}
+            ),
+        ),
+        "startupProbe": 22,
+        "resizePolicy": wire(
+            23,
+            MESSAGE,
+            repeated=True,
+            msg=message(
+                "v1.ContainerResizePolicy",
+                {"resourceName": wire(1, STRING), "restartPolicy": wire(2, STRING)},
+            ),
+        ),
+        "restartPolicy": ptr(24),
+    },
 )

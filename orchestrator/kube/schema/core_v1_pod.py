@@ -21,7 +21,8 @@ from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.builders import Schema
 from orchestrator.kube.schema.columns import AGE, NAME, NONE, human_duration, parse_rfc3339
 from orchestrator.kube.schema.core_v1_container import V1
-from orchestrator.kube.schema.core_v1_pod_schema import POD_SPEC, POD_STATUS, VOLUME_SOURCES
+from orchestrator.kube.schema.core_v1_pod_schema import POD_SPEC, POD_STATUS
+from orchestrator.kube.schema.core_v1_volume import VOLUME_SOURCES
 from orchestrator.kube.schema.kind import Column, Kind
 from orchestrator.kube.schema.meta import (
     dict_list,
@@ -489,6 +490,7 @@ POD_SCHEMA: Schema = object_schema(
     "A group of containers scheduled together onto one node, sharing network and volumes.",
     POD_SPEC,
     POD_STATUS,
+    proto={"metadata": 1, "spec": 2, "status": 3},
 )
 
 POD = Kind(

@@ -1,9 +1,10 @@
-"""core/v1 Pod schemas: Volume, PodSpec, PodTemplateSpec and PodStatus, as data.
+"""core/v1 Pod schemas: PodSpec, PodTemplateSpec and PodStatus, as data.
 
 The patch metadata follows the `k8s.io/api` struct tags (kubectl-compat.md §7): containers and
 imagePullSecrets merge by `name`; volumes `merge,retainKeys` by `name`; hostAliases and pod IPs
 by `ip`; topologySpreadConstraints by `topologyKey`; tolerations and readinessGates are atomic.
-Container schemas live in `core_v1_container`. Workload kinds embed `POD_TEMPLATE_SPEC`.
+Container schemas live in `core_v1_container`, volumes in
+`core_v1_volume`. Workload kinds embed `POD_TEMPLATE_SPEC`.
 
 Invariant: every named struct here is built once and shared; never mutate these dicts.
 """
@@ -17,7 +18,6 @@ from orchestrator.kube.schema.builders import (
     integer,
     obj,
     preserve_unknown,
-    quantity,
     quantity_map,
     string,
     string_map,
@@ -26,96 +26,16 @@ from orchestrator.kube.schema.builders import (
     with_description,
 )
 from orchestrator.kube.schema.core_v1_container import CONTAINER, POD_SECURITY_CONTEXT, V1, by_name
+from orchestrator.kube.schema.core_v1_volume import LOCAL_OBJECT_REFERENCE, VOLUME
 from orchestrator.kube.schema.meta import condition, conditions, label_selector, object_meta
-
-LOCAL_OBJECT_REFERENCE = obj(
-    "Names an object in the same namespace.",
-    {"name": string("Name of the referent.")},
-    name=f"{V1}.LocalObjectReference",
-    map_type="atomic",
-)
-
-# -- volumes ---------------------------------------------------------------------------------
-
-KEY_TO_PATH = obj(
-    "Project one key to a file path.",
-    {
-        "key": string("The key to project."),
-        "path": string("Relative file path to write it to."),
-        "mode": integer("File mode bits (0000-0777)."),
-    },
-    required=("key", "path"),
-    name=f"{V1}.KeyToPath",
-)
-
-VOLUME_SOURCES: dict[str, Schema] = {
-    "hostPath": obj(
-        "A file or directory on the node.",
-        {
-            "path": string("Path on the node."),
-            "type": string(
-                "What must exist at path; empty means no check.",
-                enum=(
-                    "",
-                    "DirectoryOrCreate",
-                    "Directory",
-                    "FileOrCreate",
-                    "File",
-                    "Socket",
-                    "CharDevice",
-                    "BlockDevice",
-                ),
-            ),
-        },
-        required=("path",),
-        name=f"{V1}.HostPathVolumeSource",
-    ),
-    "emptyDir": obj(
-        "A scratch directory that lives as long as the pod.",
-        {
-            "medium": string('Storage medium: "" (node disk) or "Memory".'),
-            "sizeLimit": quantity("Most the volume may hold."),
-        },
-        name=f"{V1}.EmptyDirVolumeSource",
-    ),
-    "configMap": obj(
-        "The keys of a ConfigMap as files.",
-        {
-            "name": string("Name of the ConfigMap."),
-            "items": array(KEY_TO_PATH, "Project only these keys.", list_type="atomic"),
-            "defaultMode": integer("File mode bits; 0644 by default."),
-            "optional": boolean("If true, a missing ConfigMap is not an error."),
-        },
-        name=f"{V1}.ConfigMapVolumeSource",
-    ),
-    "secret": obj(
-        "The keys of a Secret as files.",
-        {
-            "secretName": string("Name of the Secret."),
-            "items": array(KEY_TO_PATH, "Project only these keys.", list_type="atomic"),
-            "defaultMode": integer("File mode bits; 0644 by default."),
-            "optional": boolean("If true, a missing Secret is not an error."),
-        },
-        name=f"{V1}.SecretVolumeSource",
-    ),
-    "persistentVolumeClaim": obj(
-        "A PersistentVolumeClaim in the pod's namespace.",
-        {
-            "claimName": string("Name of the claim."),
-            "readOnly": boolean("Mount read-only."),
-        },
-        required=("claimName",),
-        name=f"{V1}.PersistentVolumeClaimVolumeSource",
-    ),
-    "downwardAPI": preserve_unknown("Pod fields as files."),
-    "projected": preserve_unknown("Several sources projected into one directory."),
-}
-
-VOLUME = obj(
-    "A named volume the pod's containers can mount; set exactly one source.",
-    {"name": string("Volume name, a DNS label unique within the pod."), **VOLUME_SOURCES},
-    required=("name",),
-    name=f"{V1}.Volume",
+from orchestrator.kube.schema.proto import (
+    BOOL,
+    INT64,
+    MESSAGE,
+    STRING,
+    message,
+    ptr,
+    wire,
 )
 
 # -- scheduling ------------------------------------------------------------------------------
@@ -204,6 +124,7 @@ TOLERATION = obj(
         ),
     },
     name=f"{V1}.Toleration",
+    proto={"key": 1, "operator": 2, "value": 3, "effect": 4, "tolerationSeconds": ptr(5)},
 )
 
 TOPOLOGY_SPREAD_CONSTRAINT = obj(
@@ -229,6 +150,7 @@ HOST_ALIAS = obj(
     {"ip": string("The IP address."), "hostnames": strings("Host names for the IP.")},
     required=("ip",),
     name=f"{V1}.HostAlias",
+    proto={"ip": 1, "hostnames": 2},
 )
 
 POD_SPEC = obj(
@@ -258,7 +180,25 @@ POD_SPEC = obj(
             "How the pod's DNS is configured; ClusterFirst by default.",
             enum=("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"),
         ),
-        "dnsConfig": preserve_unknown("Extra DNS settings merged into the generated resolv.conf."),
+        "dnsConfig": preserve_unknown(
+            "Extra DNS settings merged into the generated resolv.conf.",
+            proto=message(
+                "v1.PodDNSConfig",
+                {
+                    "nameservers": wire(1, STRING, repeated=True),
+                    "searches": wire(2, STRING, repeated=True),
+                    "options": wire(
+                        3,
+                        MESSAGE,
+                        repeated=True,
+                        msg=message(
+                            "v1.PodDNSConfigOption",
+                            {"name": wire(1, STRING), "value": wire(2, STRING, keep=True)},
+                        ),
+                    ),
+                },
+            ),
+        ),
         "nodeSelector": string_map("Node labels the pod's node must have.", map_type="atomic"),
         "serviceAccountName": string("Service account the pod runs as."),
         "serviceAccount": string("Deprecated alias of serviceAccountName."),
@@ -294,6 +234,7 @@ POD_SPEC = obj(
                 {"conditionType": string("Pod condition type that must be True.")},
                 required=("conditionType",),
                 name=f"{V1}.PodReadinessGate",
+                proto={"conditionType": 1},
             ),
             "Extra conditions for readiness.",
             list_type="atomic",
@@ -314,6 +255,7 @@ POD_SPEC = obj(
             {"name": string("linux or windows.")},
             required=("name",),
             name=f"{V1}.PodOS",
+            proto={"name": 1},
         ),
         "schedulingGates": by_name(
             obj(
@@ -321,12 +263,50 @@ POD_SPEC = obj(
                 {"name": string("Name of the gate.")},
                 required=("name",),
                 name=f"{V1}.PodSchedulingGate",
+                proto={"name": 1},
             ),
             "Scheduling holds the pod while any are present.",
         ),
     },
     required=("containers",),
     name=f"{V1}.PodSpec",
+    proto={
+        "volumes": 1,
+        "containers": 2,
+        "restartPolicy": 3,
+        "terminationGracePeriodSeconds": ptr(4),
+        "activeDeadlineSeconds": ptr(5),
+        "dnsPolicy": 6,
+        "nodeSelector": 7,
+        "serviceAccountName": 8,
+        "serviceAccount": 9,
+        "nodeName": 10,
+        "hostNetwork": 11,
+        "hostPID": 12,
+        "hostIPC": 13,
+        "securityContext": 14,
+        "imagePullSecrets": 15,
+        "hostname": 16,
+        "subdomain": 17,
+        "schedulerName": 19,
+        "initContainers": 20,
+        "automountServiceAccountToken": ptr(21),
+        "tolerations": 22,
+        "hostAliases": 23,
+        "priorityClassName": 24,
+        "priority": ptr(25),
+        "dnsConfig": 26,
+        "shareProcessNamespace": ptr(27),
+        "readinessGates": 28,
+        "runtimeClassName": ptr(29),
+        "enableServiceLinks": ptr(30),
+        "preemptionPolicy": ptr(31),
+        "overhead": 32,
+        "setHostnameAsFQDN": wire(35, BOOL, keep=True),
+        "os": 36,
+        "hostUsers": wire(37, BOOL, keep=True),
+        "schedulingGates": 38,
+    },
 )
 
 POD_TEMPLATE_SPEC = obj(
@@ -336,6 +316,7 @@ POD_TEMPLATE_SPEC = obj(
         "spec": with_description(POD_SPEC, "Spec of the created pods."),
     },
     name=f"{V1}.PodTemplateSpec",
+    proto={"metadata": 1, "spec": 2},
 )
 
 # -- status ----------------------------------------------------------------------------------
@@ -391,9 +372,19 @@ CONTAINER_STATUS = obj(
     name=f"{V1}.ContainerStatus",
 )
 
-POD_IP = obj("An IP of the pod.", {"ip": string("The IP.")}, required=("ip",), name=f"{V1}.PodIP")
+POD_IP = obj(
+    "An IP of the pod.",
+    {"ip": string("The IP.")},
+    required=("ip",),
+    name=f"{V1}.PodIP",
+    proto={"ip": 1},
+)
 HOST_IP = obj(
-    "An IP of the pod's node.", {"ip": string("The IP.")}, required=("ip",), name=f"{V1}.HostIP"
+    "An IP of the pod's node.",
+    {"ip": string("The IP.")},
+    required=("ip",),
+    name=f"{V1}.HostIP",
+    proto={"ip": 1},
 )
 
 
@@ -410,7 +401,20 @@ POD_STATUS = obj(
     {
         "phase": string("Lifecycle phase.", enum=POD_PHASES),
         "conditions": conditions(
-            condition(f"{V1}.PodCondition", "A pod condition.", "lastProbeTime"),
+            condition(
+                f"{V1}.PodCondition",
+                "A pod condition.",
+                "lastProbeTime",
+                proto={
+                    "type": 1,
+                    "status": 2,
+                    "lastProbeTime": 3,
+                    "lastTransitionTime": 4,
+                    "reason": 5,
+                    "message": 6,
+                    "observedGeneration": wire(7, INT64),
+                },
+            ),
         ),
         "message": string("Why the pod is in its state."),
         "reason": string("CamelCase reason, e.g. Evicted."),
@@ -430,4 +434,19 @@ POD_STATUS = obj(
         "containerStatuses": array(CONTAINER_STATUS, "Container states.", list_type="atomic"),
     },
     name=f"{V1}.PodStatus",
+    proto={
+        "phase": 1,
+        "conditions": 2,
+        "message": 3,
+        "reason": 4,
+        "hostIP": 5,
+        "podIP": 6,
+        "startTime": 7,
+        "qosClass": 9,
+        "nominatedNodeName": 11,
+        "podIPs": 12,
+        "resize": wire(14, STRING),
+        "hostIPs": 16,
+        "observedGeneration": wire(17, INT64),
+    },
 )

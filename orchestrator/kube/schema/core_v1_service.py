@@ -43,6 +43,7 @@ from orchestrator.kube.schema.meta import (
     sub,
 )
 from orchestrator.kube.schema.names import is_dns1123_label
+from orchestrator.kube.schema.proto import INT32, MESSAGE, STRING, message, ptr, wire
 
 PROTOCOLS = ("TCP", "UDP", "SCTP")
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
@@ -60,6 +61,15 @@ OBJECT_REFERENCE = obj(
     },
     name=f"{V1}.ObjectReference",
     map_type="atomic",
+    proto={
+        "kind": 1,
+        "namespace": 2,
+        "name": 3,
+        "uid": 4,
+        "apiVersion": 5,
+        "resourceVersion": 6,
+        "fieldPath": 7,
+    },
 )
 
 SERVICE_PORT = obj(
@@ -74,6 +84,14 @@ SERVICE_PORT = obj(
     },
     required=("port",),
     name=f"{V1}.ServicePort",
+    proto={
+        "name": 1,
+        "protocol": 2,
+        "port": 3,
+        "targetPort": 4,
+        "nodePort": 5,
+        "appProtocol": ptr(6),
+    },
 )
 
 SERVICE_SPEC = obj(
@@ -113,6 +131,43 @@ SERVICE_SPEC = obj(
         ),
     },
     name=f"{V1}.ServiceSpec",
+    proto={
+        "ports": 1,
+        "selector": 2,
+        "clusterIP": 3,
+        "type": 4,
+        "externalIPs": 5,
+        "sessionAffinity": 7,
+        "loadBalancerIP": 8,
+        "loadBalancerSourceRanges": 9,
+        "externalName": 10,
+        "externalTrafficPolicy": 11,
+        "healthCheckNodePort": wire(12, INT32),
+        "publishNotReadyAddresses": 13,
+        "sessionAffinityConfig": wire(
+            14,
+            MESSAGE,
+            msg=message(
+                "v1.SessionAffinityConfig",
+                {
+                    "clientIP": wire(
+                        1,
+                        MESSAGE,
+                        msg=message(
+                            "v1.ClientIPConfig", {"timeoutSeconds": wire(1, INT32, keep=True)}
+                        ),
+                    )
+                },
+            ),
+        ),
+        "ipFamilyPolicy": ptr(17),
+        "clusterIPs": 18,
+        "ipFamilies": 19,
+        "allocateLoadBalancerNodePorts": ptr(20),
+        "loadBalancerClass": ptr(21),
+        "internalTrafficPolicy": ptr(22),
+        "trafficDistribution": wire(23, STRING, keep=True),
+    },
 )
 
 LOAD_BALANCER_INGRESS = obj(
@@ -123,6 +178,24 @@ LOAD_BALANCER_INGRESS = obj(
         "ipMode": string("VIP or Proxy.", enum=("VIP", "Proxy")),
     },
     name=f"{V1}.LoadBalancerIngress",
+    proto={
+        "ip": 1,
+        "hostname": 2,
+        "ipMode": ptr(3),
+        "ports": wire(
+            4,
+            MESSAGE,
+            repeated=True,
+            msg=message(
+                "v1.PortStatus",
+                {
+                    "port": wire(1, INT32),
+                    "protocol": wire(2, STRING),
+                    "error": wire(3, STRING, keep=True),
+                },
+            ),
+        ),
+    },
 )
 
 SERVICE_STATUS = obj(
@@ -132,16 +205,26 @@ SERVICE_STATUS = obj(
             "The load balancer, if any.",
             {"ingress": array(LOAD_BALANCER_INGRESS, "Ingress points.", list_type="atomic")},
             name=f"{V1}.LoadBalancerStatus",
+            proto={"ingress": 1},
         ),
         "conditions": conditions(
             condition(
                 "io.k8s.apimachinery.pkg.apis.meta.v1.Condition",
                 "A condition.",
                 extra={"observedGeneration": integer("Generation observed.", fmt="int64")},
+                proto={
+                    "type": 1,
+                    "status": 2,
+                    "observedGeneration": 3,
+                    "lastTransitionTime": 4,
+                    "reason": 5,
+                    "message": 6,
+                },
             )
         ),
     },
     name=f"{V1}.ServiceStatus",
+    proto={"loadBalancer": 1, "conditions": 2},
 )
 
 
@@ -279,6 +362,7 @@ SERVICE = Kind(
         "A stable virtual IP and DNS name for a set of pods.",
         SERVICE_SPEC,
         SERVICE_STATUS,
+        proto={"metadata": 1, "spec": 2, "status": 3},
     ),
     description="A stable virtual IP and DNS name for a set of pods.",
     short_names=("svc",),

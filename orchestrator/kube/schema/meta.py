@@ -28,6 +28,7 @@ from orchestrator.kube.schema.builders import (
     with_description,
 )
 from orchestrator.kube.schema.names import quote
+from orchestrator.kube.schema.proto import STRING, ptr, wire
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 
@@ -47,6 +48,14 @@ OWNER_REFERENCE = obj(
     required=("apiVersion", "kind", "name", "uid"),
     name=f"{META}.OwnerReference",
     map_type="atomic",
+    proto={
+        "kind": 1,
+        "name": 3,
+        "uid": 4,
+        "apiVersion": 5,
+        "controller": ptr(6),
+        "blockOwnerDeletion": ptr(7),
+    },
 )
 
 MANAGED_FIELDS_ENTRY = obj(
@@ -61,6 +70,15 @@ MANAGED_FIELDS_ENTRY = obj(
         "subresource": string('The subresource written through, e.g. "status"; empty for main.'),
     },
     name=f"{META}.ManagedFieldsEntry",
+    proto={
+        "manager": 1,
+        "operation": 2,
+        "apiVersion": 3,
+        "time": 4,
+        "fieldsType": 6,
+        "fieldsV1": 7,
+        "subresource": 8,
+    },
 )
 
 OBJECT_META = obj(
@@ -100,6 +118,23 @@ OBJECT_META = obj(
         ),
     },
     name=f"{META}.ObjectMeta",
+    proto={
+        "name": 1,
+        "generateName": 2,
+        "namespace": 3,
+        "selfLink": wire(4, STRING),
+        "uid": 5,
+        "resourceVersion": 6,
+        "generation": 7,
+        "creationTimestamp": 8,
+        "deletionTimestamp": 9,
+        "deletionGracePeriodSeconds": ptr(10),
+        "labels": 11,
+        "annotations": 12,
+        "ownerReferences": 13,
+        "finalizers": 14,
+        "managedFields": 17,
+    },
 )
 
 LIST_META = obj(
@@ -127,6 +162,7 @@ LABEL_SELECTOR_REQUIREMENT = obj(
     },
     required=("key", "operator"),
     name=f"{META}.LabelSelectorRequirement",
+    proto={"key": 1, "operator": 2, "values": 3},
 )
 
 LABEL_SELECTOR = obj(
@@ -139,6 +175,7 @@ LABEL_SELECTOR = obj(
     },
     name=f"{META}.LabelSelector",
     map_type="atomic",
+    proto={"matchLabels": 1, "matchExpressions": 2},
 )
 
 
@@ -151,9 +188,14 @@ def object_meta(desc: str = "Standard object metadata.") -> Schema:
 
 
 def condition(
-    name: str, desc: str, *times: str, extra: Mapping[str, Schema] | None = None
+    name: str,
+    desc: str,
+    *times: str,
+    extra: Mapping[str, Schema] | None = None,
+    proto: Mapping[str, Any] | None = None,
 ) -> Schema:
-    """A condition struct: type, status, reason, message, lastTransitionTime plus `times`."""
+    """A condition struct: type, status, reason, message, lastTransitionTime plus `times`;
+    `proto` gives its protobuf field numbers (see `schema.proto`)."""
     fields: dict[str, Schema] = {
         "type": string("The condition type, e.g. Ready."),
         "status": string("True, False or Unknown.", enum=("True", "False", "Unknown")),
@@ -167,7 +209,7 @@ def condition(
             else f"Condition time: {t}."
         )
     fields.update(extra or {})
-    return obj(desc, fields, required=("type", "status"), name=name)
+    return obj(desc, fields, required=("type", "status"), name=name, proto=proto)
 
 
 def conditions(item: Schema, desc: str = "Current observations of the object's state.") -> Schema:
@@ -185,8 +227,10 @@ def object_schema(
     *,
     fields: Mapping[str, Schema] | None = None,
     required: Sequence[str] = (),
+    proto: Mapping[str, Any] | None = None,
 ) -> Schema:
-    """A whole object: apiVersion, kind, metadata, then spec/status or kind-specific `fields`."""
+    """A whole object: apiVersion, kind, metadata, then spec/status or kind-specific `fields`;
+    `proto` gives the protobuf field numbers of the kinds that have a protobuf form."""
     props: dict[str, Schema] = {
         "apiVersion": string("The versioned schema of this object, e.g. apps/v1."),
         "kind": string("The kind of this object, e.g. Deployment."),
@@ -197,7 +241,7 @@ def object_schema(
     if status is not None:
         props["status"] = status
     props.update(fields or {})
-    return obj(description, props, required=required, name=name)
+    return obj(description, props, required=required, name=name, proto=proto)
 
 
 # -- readers used by Table cells, defaults and validation -------------------------------------

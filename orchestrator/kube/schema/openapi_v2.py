@@ -30,7 +30,8 @@ from typing import Any
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.openapi_v2_proto import encode_document
 from orchestrator.kube.schema.kind import Kind, Registry
-from orchestrator.kube.schema.openapi import GVK, REF, openapi_document
+from orchestrator.kube.schema.openapi import openapi_document
+from orchestrator.kube.schema.openapi_names import GVK, REF
 
 DEFINITIONS = "#/definitions/"
 PROTOBUF_MIME = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
