@@ -3,18 +3,16 @@
 Order per request: probes and /version (anonymous) -> the orchestrator's own endpoints
 (`extra`: /orchestrator/v1/, see `tokenapi`; they authenticate themselves) -> authentication
 (401) -> discovery and OpenAPI (any authenticated user) -> resource requests
-(`request.parse_path`) dispatched on verb and subresource to `Api`. Bodies are read with a
-hard limit (3 MiB, 413 beyond) and decoded as JSON (or YAML for apply and `application/yaml`, or
-Kubernetes protobuf for the typed clients of kubectl's generators, see `protobuf`): malformed
-input is a 400 Status. A body of a create, update or patch needs a Content-Type this server
-reads (415 otherwise, listing the accepted media types); a body without one is read as JSON,
-as the apiserver does (kubectl's scale client sends none), and is a 415 if it is not JSON (a
-patch without one is always a 415). Strings are decoded as Go's encoding/json does: invalid
-UTF-8 and lone UTF-16 surrogates (escaped `"\\ud800"` or raw `ED A0 80`) become U+FFFD, so no
-string the app holds can fail to encode later (a 500 after a write, or a body that is not JSON).
-A method no route defines is a 405; a URL over `MAX_URL` bytes a 414 and request headers over
-`MAX_HEADERS` bytes a 431 (hypercorn's own limit is set above both, see `auth.tls`, so the
-app answers with a Status).
+(`request.parse_path`) dispatched on verb and subresource to `Api`. This is the edge where a
+query string becomes typed options (`options.ListOptions`, `WatchOptions`, `WriteOptions`),
+once; the verbs never see it. Bodies are read with a hard limit (3 MiB, 413 beyond) and
+decoded by `codec` (JSON, YAML, Kubernetes protobuf; malformed input is a 400 Status). A body
+of a create, update or patch needs a Content-Type this server reads (415 otherwise, listing
+the accepted media types); a body without one is read as JSON, as the apiserver does
+(kubectl's scale client sends none), and is a 415 if it is not JSON (a patch without one is
+always a 415). A method no route defines is a 405; a URL over `MAX_URL` bytes a 414 and
+request headers over `MAX_HEADERS` bytes a 431 (hypercorn's own limit is set above both, see
+`security.tls`, so the app answers with a Status).
 
 Invariants: every response is JSON with a Content-Type; every failure is a metav1.Status
 (`errors.ApiError`); no exception escapes to hypercorn — an unexpected one is logged and answered
@@ -31,9 +29,7 @@ open HTTP watches are `apiserver_registered_watchers{resource}` (see `observabil
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import math
 import random
 import re
 import time
@@ -41,11 +37,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
-import yaml
 
 from orchestrator.apiserver import discovery, tables
-from orchestrator.apiserver.request import Query, RequestInfo, WriteOptions, parse_path
-from orchestrator.apiserver.resources import Api, Call
+from orchestrator.apiserver.codec import (
+    ACCEPTED_BODY_TYPES,
+    BODY_TYPES,
+    PROTOBUF,
+    decode_body,
+    dumps,
+    media_type,
+)
+from orchestrator.apiserver.handler import Call
+from orchestrator.apiserver.options import ListOptions, WatchOptions, WriteOptions
+from orchestrator.apiserver.request import Query, RequestInfo, parse_path
+from orchestrator.apiserver.resources import Api
 from orchestrator.apiserver.watch import open_watch
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube import errors
@@ -64,7 +69,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 3 * 1024 * 1024
 # Go's net/http allows 1 MiB of request head in all; the app refuses well below hypercorn's
-# limit (`auth.tls.MAX_REQUEST_HEAD`) so that the refusal is a Status it writes itself.
+# limit (`security.tls.MAX_REQUEST_HEAD`) so that the refusal is a Status it writes itself.
 MAX_URL = 64 * 1024
 MAX_HEADERS = 256 * 1024
 # Methods some route defines; anything else is a 405 wherever it is sent.
@@ -127,110 +132,7 @@ class Response:
         self.timeout = timeout
 
 
-def dumps(obj: Any) -> bytes:
-    try:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        # A lone surrogate got past `decode_body` (it should not): escaped, it is still JSON,
-        # which a Go client reads as U+FFFD, rather than a 500 with no body.
-        return json.dumps(obj, separators=(",", ":")).encode()
-
-
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-# An escape that may decode to a surrogate code point (JSON `\uD8..`, YAML also `\UD8..`):
-# bodies without one (nearly all) skip the walk below.
-_SURROGATE_ESCAPE = re.compile(rb"\\(?:u|U0000)[dD][89abcdefABCDEF]")
-
-
-def replace_surrogates(value: Any) -> Any:
-    """`value` with every surrogate code point in its strings (keys too) replaced by U+FFFD.
-    json.loads pairs valid surrogate escapes into one character, so those left are lone ones:
-    Go's decoder replaces them so, and UTF-8 cannot encode them."""
-    t = type(value)
-    if t is str:
-        return _SURROGATE.sub("\ufffd", value)
-    if t is dict:
-        return {replace_surrogates(k): replace_surrogates(v) for k, v in value.items()}
-    if t is list:
-        return [replace_surrogates(v) for v in value]
-    return value
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _finite_float(text: str) -> float:
-    # 1e999 would parse as inf and be stored, then served as `Infinity`: not JSON.
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is out of range for a JSON number")
-    return value
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """YAML without anchors/aliases: an alias bomb must not expand into gigabytes."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML is untyped
-            raise yaml.composer.ComposerError(
-                None, None, "YAML aliases are not accepted", event.start_mark
-            )
-        return super().compose_node(parent, index)
-
-    def construct_finite_float(self, node: Any) -> float:
-        value: float = self.construct_yaml_float(node)
-        if not math.isfinite(value):  # .inf/.nan would be served as Infinity/NaN: not JSON
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{node.value} is not a finite number", node.start_mark
-            )
-        return value
-
-
-_NoAliasLoader.add_constructor("tag:yaml.org,2002:float", _NoAliasLoader.construct_finite_float)
-
-
-PROTOBUF = "application/vnd.kubernetes.protobuf"  # `protobuf.MEDIA_TYPE`, without the import
-_BINARY_BODY_TYPES = frozenset({PROTOBUF, "application/cbor"})
-_YAML_TYPES = frozenset({"application/yaml", "application/apply-patch+yaml", "text/yaml"})
-# What a create or update body may be (`text/yaml` too, as before: it is read as YAML).
-BODY_TYPES = frozenset({"application/json", "application/yaml", "text/yaml", PROTOBUF})
-ACCEPTED_BODY_TYPES = f"application/json, application/yaml, {PROTOBUF}"
-
-
-def media_type(content_type: str) -> str:
-    """The media type of a Content-Type value, without parameters, lower case."""
-    return content_type.split(";")[0].strip().lower()
-
-
-def decode_body(body: bytes, content_type: str) -> Any:
-    if not body:
-        return None
-    ct = media_type(content_type)
-    if ct == PROTOBUF:  # typed clients (kubectl's generators) send only protobuf
-        from orchestrator.kube import protobuf
-
-        return replace_surrogates(protobuf.decode(body))  # FieldsV1 inside is JSON
-    if ct in _BINARY_BODY_TYPES:
-        raise errors.unsupported_media_type(ct, "application/json, application/yaml")
-    # Not json.loads(bytes): it decodes with "surrogatepass", so raw ED A0 80 would become a
-    # lone surrogate. Invalid UTF-8 becomes U+FFFD, as in Go (one per invalid byte).
-    text = body.decode("utf-8", "replace")
-    try:
-        if ct in _YAML_TYPES:
-            value = yaml.load(text, Loader=_NoAliasLoader)
-        else:
-            value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-    except (ValueError, RecursionError, yaml.YAMLError) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise errors.bad_request(
-            f"the request body is not valid JSON or YAML: {replace_surrogates(message)}"
-        ) from exc
-    if _SURROGATE_ESCAPE.search(body) is not None:
-        value = replace_surrogates(value)
-    return value
 
 
 class ApiApp:
@@ -484,16 +386,15 @@ class ApiApp:
                 )
             return Response(200, obj)
         if verb == "list":
+            opts = ListOptions.parse(query)
             if as_table:
-                if not kind.namespaced and ns:
-                    raise errors.route_not_found()
-                api._authorize(call, "list", kind, ns)
-                objs, revision, token = await api.select(kind, ns, query)
+                objs, revision, token = await api.list_items(call, kind, ns, opts)
                 return Response(200, self._table(kind, objs, query, str(revision), token))
-            return Response(200, await api.list_objects(call, kind, ns, query))
+            return Response(200, await api.list_objects(call, kind, ns, opts))
         if verb == "watch":
-            events = await open_watch(api, call, kind, ns, query, name=name)
-            timeout = query.number("timeoutSeconds")
+            watch_opts = WatchOptions.parse(query)
+            events = await open_watch(api, call, kind, ns, watch_opts, name=name)
+            timeout = watch_opts.timeout_seconds
             return Response(
                 200,
                 stream=self._watch_lines(kind, events, query, as_table),
@@ -535,7 +436,8 @@ class ApiApp:
             obj, code = await api.delete(call, kind, ns, name, options)
             return Response(code, obj)
         if verb == "deletecollection":
-            return Response(200, await api.delete_collection(call, kind, ns, query, options))
+            opts = ListOptions.parse(query)
+            return Response(200, await api.delete_collection(call, kind, ns, opts, options))
         raise errors.method_not_allowed()
 
     def _table(
@@ -591,7 +493,7 @@ class ApiApp:
 
     async def _logs(self, call: Call, kind: Kind, ns: str, name: str, query: Query) -> Response:
         pod = await self.api.get(call, kind, ns, name)
-        self.api._authorize(call, "get", kind, ns, name, "log")
+        self.api.authorize(call, "get", kind, ns, name, "log")
         containers = [
             c.get("name")
             for c in ((pod.get("spec") or {}).get("containers") or [])

@@ -1,4 +1,5 @@
-"""What a request asks for: its URL parsed into a `RequestInfo`, and typed query options.
+"""What a request asks for: its URL parsed into a `RequestInfo`, and its query string as a `Query`
+(typed accessors; the typed options built from it are in `options`).
 
 Paths (as kube-apiserver's RequestInfoFactory reads them):
   /api/v1[/namespaces/NS]/RESOURCE[/NAME[/SUB]]        core group
@@ -109,30 +110,3 @@ class Query:
         if _INTEGER.fullmatch(text) is None or not -(2**63) <= int(text) < 2**63:
             raise errors.bad_request(f"invalid integer value {text!r} for query parameter {name!r}")
         return int(text)
-
-
-@dataclass(frozen=True, slots=True)
-class WriteOptions:
-    dry_run: bool
-    field_manager: str
-    field_validation: str  # Strict | Warn | Ignore
-    force: bool = False
-
-    @staticmethod
-    def parse(query: Query, user_agent: str) -> WriteOptions:
-        dry = query.get_all("dryRun")
-        if any(d not in ("All", "") for d in dry):
-            raise errors.bad_request(f"unsupported dryRun value {dry!r}: only 'All' is supported")
-        validation = query.get("fieldValidation", "Warn") or "Warn"
-        norm = {"strict": "Strict", "warn": "Warn", "ignore": "Ignore"}.get(validation.lower())
-        if norm is None:
-            raise errors.bad_request(
-                f"fieldValidation must be Strict, Warn or Ignore, not {validation!r}"
-            )
-        manager = query.get("fieldManager")
-        if len(manager) > 128:
-            raise errors.bad_request("fieldManager must be at most 128 characters")
-        if not manager:
-            # As the apiserver does: the user agent's program name ("kubectl", ...).
-            manager = user_agent.split("/", 1)[0][:128] or "unknown"
-        return WriteOptions(bool(dry) and "All" in dry, manager, norm, query.flag("force"))

@@ -40,8 +40,9 @@ import yaml
 from hypercorn.config import Config
 
 from orchestrator.apiserver.app import ApiApp
+from orchestrator.apiserver.handler import Call
 from orchestrator.apiserver.logproxy import KUBELET_CLIENT_LEAF, AgentLogProxy, kubelet_client_leaf
-from orchestrator.apiserver.resources import Api, Call
+from orchestrator.apiserver.resources import Api
 from orchestrator.apiserver.storage import ObjectStore, prefix_of
 from orchestrator.apiserver.tokenapi import OrchestratorRoutes
 from orchestrator.kube import errors

@@ -62,11 +62,6 @@ def decode(kv: st.KeyValue) -> Obj:
     return decode_value(kv.value, kv.mod_revision)
 
 
-def decode_prev(kv: st.KeyValue, revision: int) -> Obj:
-    """The last state of a deleted object, carrying the deleting revision (as watch DELETED)."""
-    return decode_value(kv.value, revision)
-
-
 DECODED_CACHE_SIZE = 4096
 
 

@@ -1,4 +1,5 @@
-"""Kubernetes watch on top of the store's watch: events as `{"type": ..., "object": ...}` dicts.
+"""The watch verb (kube-apiserver's watch.go) on top of the store's watch: events as
+`{"type": ..., "object": ...}` dicts.
 
 resourceVersion semantics (as the apiserver): unset or "0" -> a synthetic ADDED for every
 current object (read at some revision R), then every change after R; "N" -> every change after
@@ -26,16 +27,17 @@ reason other than compaction, so the client re-watches from its last resourceVer
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
-from urllib.parse import urlencode
 
-from orchestrator.apiserver.request import Query
-from orchestrator.apiserver.resources import Api, Call
+from orchestrator.apiserver.get import matcher, select
+from orchestrator.apiserver.handler import Call, Handler
+from orchestrator.apiserver.options import WatchOptions
 from orchestrator.apiserver.storage import Decoded, decode_value
 from orchestrator.kube import errors
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.kind import Kind
-from orchestrator.kube.selectors import parse_field_selector, parse_label_selector
+from orchestrator.kube.selectors import FieldRequirement, FieldSelector
 from orchestrator.store.types import EventType
 
 INITIAL_BATCH = 500  # the initial state's ADDED events go out in batches of this many
@@ -56,41 +58,35 @@ def expired_event(message: str) -> Obj:
 
 
 async def open_watch(
-    api: Api,
+    h: Handler,
     call: Call,
     kind: Kind,
     ns: str,
-    query: Query,
+    opts: WatchOptions,
     *,
     name: str = "",
     read_only: bool = False,
 ) -> AsyncIterator[list[Obj]]:
     """Check the request and read the initial state now (so errors are plain HTTP errors), then
-    return the event stream; it runs until the store ends the watch (the caller owns timeouts).
-    Events come in batches, one per store response (never empty), so that a consumer pays its
-    per-wait costs (a timeout scope, a write to the socket) once per batch instead of per event.
-    `read_only`: the caller never modifies the events' objects, which may then be shared with
-    other read-only watchers (see the module doc)."""
+    return the event stream; it runs until the store ends the watch (the caller owns timeouts,
+    `opts.timeout_seconds` included). Events come in batches, one per store response (never
+    empty), so that a consumer pays its per-wait costs (a timeout scope, a write to the socket)
+    once per batch instead of per event. `read_only`: the caller never modifies the events'
+    objects, which may then be shared with other read-only watchers (see the module doc)."""
     if not kind.namespaced and ns:
         raise errors.route_not_found()
-    api._authorize(call, "watch", kind, ns, name)
+    h.authorize(call, "watch", kind, ns, name)
     if name:  # the old-style watch on one object: /.../pods/NAME?watch=true
-        selector = query.get("fieldSelector")
-        extra = f",{selector}" if selector else ""
-        query = Query(
-            urlencode({**_params(query), "fieldSelector": f"metadata.name={name}{extra}"})
-        )
-    matches = api.matcher(kind, query)
-    everything = (
-        parse_label_selector(query.get("labelSelector")).empty()
-        and parse_field_selector(query.get("fieldSelector")).empty()
-    )
-    bookmarks = query.flag("allowWatchBookmarks")
-    rv_text = query.get("resourceVersion")
-    initial = query.flag("sendInitialEvents")
+        by_name = FieldRequirement("metadata.name", "=", name)
+        fields = FieldSelector((by_name, *opts.field_selector.requirements))
+        opts = replace(opts, field_selector=fields)
+    matches = matcher(kind, opts.label_selector, opts.field_selector)
+    bookmarks = opts.allow_bookmarks
+    rv_text = opts.resource_version
+    initial = opts.send_initial_events
     first: list[Obj] = []
     if rv_text in ("", "0") or initial:
-        objs, revision, _ = await api.select(kind, ns, Query(urlencode(_params(query))))
+        objs, revision, _ = await select(h, kind, ns, opts.initial_list())
         first = [{"type": "ADDED", "object": obj} for obj in objs]
         if initial and bookmarks:
             first.append(bookmark(kind, revision, {"k8s.io/initial-events-end": "true"}))
@@ -102,9 +98,9 @@ async def open_watch(
             raise errors.bad_request(f"invalid resourceVersion {rv_text!r}") from None
         if start < 1:
             raise errors.bad_request(f"invalid resourceVersion {rv_text!r}")
-    watcher = api.objects.watch(kind, ns, start, bookmarks=bookmarks)
-    decoded = api.objects.decoded
-    only = None if everything else matches
+    watcher = h.objects.watch(kind, ns, start, bookmarks=bookmarks)
+    decoded = h.objects.decoded
+    only = None if opts.everything() else matches
 
     async def events() -> AsyncIterator[list[Obj]]:
         async with watcher:
@@ -127,7 +123,7 @@ async def open_watch(
                 batch = [
                     out
                     for e in response.events
-                    if (out := _translate(api, kind, e, only, decoded, read_only)) is not None
+                    if (out := _translate(h, kind, e, only, decoded, read_only)) is not None
                 ]
                 if batch:
                     yield batch
@@ -136,7 +132,7 @@ async def open_watch(
 
 
 def _translate(
-    api: Api, kind: Kind, ev: Any, matches: Any, decoded: Decoded, read_only: bool
+    h: Handler, kind: Kind, ev: Any, matches: Any, decoded: Decoded, read_only: bool
 ) -> Obj | None:
     """The Kubernetes event for store event `ev`, or None; `matches` None: no selector."""
     revision = ev.kv.mod_revision
@@ -150,34 +146,25 @@ def _translate(
             gone = {**prev, "metadata": {**prev["metadata"], "resourceVersion": str(revision)}}
         else:
             gone = decode_value(ev.prev_kv.value, revision)
-        return {"type": "DELETED", "object": _present(api, kind, gone, read_only)}
+        return {"type": "DELETED", "object": _present(h, kind, gone, read_only)}
     new = decoded.get(ev.kv) if read_only else decode_value(ev.kv.value, revision)
     if matches is None:
         # Everything matches: the previous state only tells ADDED from MODIFIED, so it is
         # not decoded.
         etype = "MODIFIED" if ev.prev_kv else "ADDED"
-        return {"type": etype, "object": _present(api, kind, new, read_only)}
+        return {"type": etype, "object": _present(h, kind, new, read_only)}
     now_matches = matches(new)
     was = ev.prev_kv is not None and matches(decoded.get(ev.prev_kv))
     if now_matches and was:
-        return {"type": "MODIFIED", "object": _present(api, kind, new, read_only)}
+        return {"type": "MODIFIED", "object": _present(h, kind, new, read_only)}
     if now_matches:
-        return {"type": "ADDED", "object": _present(api, kind, new, read_only)}
+        return {"type": "ADDED", "object": _present(h, kind, new, read_only)}
     if was:  # it stopped matching: DELETED, with its new state (resourceVersion = revision)
-        return {"type": "DELETED", "object": _present(api, kind, new, read_only)}
+        return {"type": "DELETED", "object": _present(h, kind, new, read_only)}
     return None
 
 
-def _present(api: Api, kind: Kind, obj: Obj, read_only: bool) -> Obj:
+def _present(h: Handler, kind: Kind, obj: Obj, read_only: bool) -> Obj:
     if read_only and kind.custom and obj.get("apiVersion") != kind.api_version:
-        obj = {**obj}  # a shared object is never modified: `Api._present` sets apiVersion
-    return api._present(kind, obj)
-
-
-def _params(query: Query) -> dict[str, str]:
-    """The selector and resourceVersion parameters, for the initial list."""
-    return {
-        k: query.get(k)
-        for k in ("labelSelector", "fieldSelector", "resourceVersion")
-        if query.get(k)
-    }
+        obj = {**obj}  # a shared object is never modified: `Handler.present` sets apiVersion
+    return h.present(kind, obj)

@@ -74,7 +74,8 @@ from orchestrator.agent import node_client as agent_node_client
 from orchestrator.agent.node import NODE_LEASE_NAMESPACE, lease_object, micro_time
 from orchestrator.apiserver.resources import Api
 from orchestrator.client.resource import LEASES, NODES, PODS
-from orchestrator.controllers.runtime.client import Client, InProcessClient
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339

@@ -13,7 +13,8 @@ from api.apiharness import Harness
 from sim.simharness import ADMIN, api_of
 
 from orchestrator.agent import Agent, AgentOptions, HostFacts, WorkerOptions, node_client
-from orchestrator.controllers.runtime.client import PODS, Client, InProcessClient
+from orchestrator.controllers.runtime.client import PODS, Client
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.cri.simulated import SimulatedRuntime
 from orchestrator.kube.errors import ApiError
 

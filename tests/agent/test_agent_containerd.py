@@ -37,7 +37,8 @@ from sim.simharness import ADMIN, api_of
 from orchestrator.agent import Agent, AgentOptions, WorkerOptions
 from orchestrator.agent.podspec import LABEL_AGENT, LABEL_POD_UID
 from orchestrator.agent.service import AgentConfig
-from orchestrator.controllers.runtime.client import PODS, InProcessClient
+from orchestrator.controllers.runtime.client import PODS
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.cri.containerd import CriRuntime
 from orchestrator.cri.runtime import ContainerState, SandboxState
 from orchestrator.kube.errors import ApiError

@@ -27,7 +27,8 @@ from orchestrator.agent.service import (
 )
 from orchestrator.apiserver.server import ApiOptions
 from orchestrator.cli.main import _build_parser
-from orchestrator.controllers.runtime.client import NODES, PODS, InProcessClient
+from orchestrator.controllers.runtime.client import NODES, PODS
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.listenerrors import ListenerError
 from orchestrator.raft.node import NodeConfig
 from orchestrator.security.pki import ensure_pki

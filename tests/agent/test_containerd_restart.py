@@ -25,7 +25,8 @@ from sim.simharness import ADMIN, api_of
 
 from orchestrator.agent import WorkerOptions
 from orchestrator.agent.service import AgentConfig
-from orchestrator.controllers.runtime.client import NODES, PODS, InProcessClient
+from orchestrator.controllers.runtime.client import NODES, PODS
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.testing.containerd import (
     ContainerdError,

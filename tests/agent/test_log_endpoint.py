@@ -41,7 +41,7 @@ def line(i: int, text: str, tag: str = "F") -> bytes:
 
 @dataclass
 class FakeApi:
-    """What `ApiApp._logs` needs of `Api`: kinds, `get` and `_authorize`."""
+    """What `ApiApp._logs` needs of `Api`: kinds, `get` and `authorize`."""
 
     pods: dict[str, Obj] = field(default_factory=dict)
     registry: Any = field(default_factory=builtin_registry)
@@ -51,7 +51,7 @@ class FakeApi:
         assert kind is not None
         return cast(Kind, kind)
 
-    def _authorize(self, *args: Any) -> None:
+    def authorize(self, *args: Any) -> None:
         pass
 
     async def get(self, call: Any, kind: Kind, ns: str, name: str, **kw: Any) -> Obj:

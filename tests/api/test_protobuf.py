@@ -14,7 +14,7 @@ from apiharness import Harness, api_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.apiserver.app import decode_body
+from orchestrator.apiserver.codec import decode_body
 from orchestrator.kube import protobuf
 from orchestrator.kube.errors import ApiError
 

@@ -1,4 +1,4 @@
-"""The compare-and-swap loop reads locally first (`Api._guaranteed_update`): a stale copy may
+"""The compare-and-swap loop reads locally first (`update.guaranteed_update`): a stale copy may
 cost a retry but never makes a wrong write or a wrong answer. A store wrapper serves every local
 read from a snapshot taken before the latest write, as a lagging follower would."""
 
@@ -14,7 +14,7 @@ from apiharness import api_server
 from orchestrator.apiserver.storage import ObjectStore
 from orchestrator.client import JSON_PATCH
 from orchestrator.client.resource import PODS, ResourceInfo
-from orchestrator.controllers.runtime.client import InProcessClient
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.security.authn import User
 

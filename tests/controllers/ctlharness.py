@@ -15,7 +15,7 @@ import trio
 
 from orchestrator.apiserver.server import ApiOptions
 from orchestrator.client import NAMESPACES, ResourceInfo
-from orchestrator.controllers.runtime.client import InProcessClient
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.controllers.runtime.manager import Component, ControllerContext, ControllerManager
 from orchestrator.controllers.runtime.metrics import Registry
 from orchestrator.kube.errors import ApiError

@@ -13,7 +13,7 @@ import trio.lowlevel
 import trio.testing
 from api.apiharness import Harness, api_server
 
-from orchestrator.controllers.runtime.client import CONFIGMAPS, EVENTS, Client, InProcessClient
+from orchestrator.controllers.runtime.client import CONFIGMAPS, EVENTS, Client
 from orchestrator.controllers.runtime.controller import (
     Controller,
     Result,
@@ -22,6 +22,7 @@ from orchestrator.controllers.runtime.controller import (
 )
 from orchestrator.controllers.runtime.events import EventRecorder
 from orchestrator.controllers.runtime.informer import SharedInformer
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.controllers.runtime.metrics import Registry
 from orchestrator.controllers.runtime.ratelimit import ItemExponential
 from orchestrator.kube.errors import ApiError

@@ -18,7 +18,7 @@ from orchestrator.controllers.daemonset import (
     node_should_run,
     plan_daemonset,
 )
-from orchestrator.controllers.runtime.client import InProcessClient
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.scheduler import NodeInfo, PodInfo
 
 Obj = dict[str, Any]

@@ -30,14 +30,9 @@ from orchestrator.controllers.deployment import (
     scale_plan,
 )
 from orchestrator.controllers.podutil import POD_TEMPLATE_HASH_LABEL
-from orchestrator.controllers.runtime.client import (
-    DEPLOYMENTS,
-    EVENTS,
-    PODS,
-    REPLICASETS,
-    InProcessClient,
-)
+from orchestrator.controllers.runtime.client import DEPLOYMENTS, EVENTS, PODS, REPLICASETS
 from orchestrator.controllers.runtime.informer import SharedInformer
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.controllers.runtime.metrics import Registry
 
 Obj = dict[str, Any]

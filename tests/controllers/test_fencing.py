@@ -17,7 +17,8 @@ from storekit import raft_stores
 
 from orchestrator.apiserver.resources import Api
 from orchestrator.apiserver.storage import ObjectStore
-from orchestrator.controllers.runtime.client import NAMESPACES, InProcessClient
+from orchestrator.controllers.runtime.client import NAMESPACES
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.schema.builtin import builtin_registry
 from orchestrator.security.authn import User

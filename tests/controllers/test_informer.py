@@ -12,13 +12,7 @@ import trio
 from api.apiharness import Harness, api_server
 
 from orchestrator.client import ResourceInfo
-from orchestrator.controllers.runtime.client import (
-    CONFIGMAPS,
-    NODES,
-    PODS,
-    InProcessClient,
-    WatchEvent,
-)
+from orchestrator.controllers.runtime.client import CONFIGMAPS, NODES, PODS, WatchEvent
 from orchestrator.controllers.runtime.informer import (
     LABEL_INDEX,
     NAMESPACE_INDEX,
@@ -29,6 +23,7 @@ from orchestrator.controllers.runtime.informer import (
     SharedInformer,
     deleted_object,
 )
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.controllers.runtime.metrics import Registry
 from orchestrator.security.authn import User
 

@@ -30,9 +30,10 @@ from orchestrator.controllers.replicaset import (
     deletion_rank,
     slow_start_batches,
 )
-from orchestrator.controllers.runtime.client import PODS, REPLICASETS, InProcessClient
+from orchestrator.controllers.runtime.client import PODS, REPLICASETS
 from orchestrator.controllers.runtime.controller import Controller
 from orchestrator.controllers.runtime.informer import NAMESPACE_INDEX, OWNER_INDEX, object_key
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.selectors import parse_label_selector
 

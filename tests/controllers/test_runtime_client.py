@@ -24,14 +24,8 @@ from orchestrator.client import (
     RestClient,
     load_kubeconfig,
 )
-from orchestrator.controllers.runtime.client import (
-    CONFIGMAPS,
-    NODES,
-    PODS,
-    Client,
-    HttpClient,
-    InProcessClient,
-)
+from orchestrator.controllers.runtime.client import CONFIGMAPS, NODES, PODS, Client, HttpClient
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.security.authn import User
 

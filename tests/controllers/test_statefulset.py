@@ -12,7 +12,7 @@ from api.apiharness import Harness, api_server
 from workloadkit import Nodes, PodWatch, admin, is_ready, terminating, until
 
 from orchestrator.client.resource import PODS, STATEFULSETS
-from orchestrator.controllers.runtime.client import InProcessClient
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.controllers.statefulset import (
     POD_INDEX_LABEL,
     POD_NAME_LABEL,

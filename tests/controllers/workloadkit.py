@@ -17,7 +17,7 @@ import trio
 from api.apiharness import Harness
 
 from orchestrator.client.resource import NODES, PODS
-from orchestrator.controllers.runtime.client import InProcessClient
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.security.authn import User
 from orchestrator.testing.nodes import SimulatedNode
 

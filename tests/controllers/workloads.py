@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from orchestrator.controllers.runtime.client import InProcessClient
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.security.authn import User
 from orchestrator.testing.nodes import SimulatedCluster
@@ -34,7 +34,7 @@ def admin_client(h: Any) -> InProcessClient:
 
 async def patch(client: InProcessClient, res: Any, name: str, body: Any, ns: str, **kw: Any) -> Obj:
     """A user's patch, retried on 409: the server answers a patch that raced another write with
-    a Conflict instead of re-applying it (orchestrator/apiserver/resources.py `_guaranteed_update`
+    a Conflict instead of re-applying it (orchestrator/apiserver/update.py `guaranteed_update`
     takes the live object's resourceVersion as the patch's precondition)."""
     while True:
         try:

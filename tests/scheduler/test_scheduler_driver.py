@@ -16,7 +16,8 @@ import trio
 from api.apiharness import Harness
 from sim.simharness import ADMIN, api_of, sim_api_server, until, until_async
 
-from orchestrator.controllers.runtime.client import EVENTS, PODS, InProcessClient
+from orchestrator.controllers.runtime.client import EVENTS, PODS
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.controllers.runtime.metrics import Registry
 from orchestrator.scheduler.quantity import parse_cpu_milli
 from orchestrator.scheduler.scheduler import Scheduler

@@ -11,7 +11,8 @@ import trio
 from api.apiharness import Harness
 from sim.simharness import ADMIN, api_of, sim_api_server, until, until_async
 
-from orchestrator.controllers.runtime.client import NODES, PODS, InProcessClient
+from orchestrator.controllers.runtime.client import NODES, PODS
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.testing.nodes import (
     KUBELET_VERSION,

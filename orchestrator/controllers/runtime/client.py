@@ -9,12 +9,13 @@ no discovery round trip). Two implementations:
 
 * `InProcessClient(api, user)` calls `orchestrator.apiserver.resources.Api` directly: no HTTP, no
   JSON, but every call still goes through authorization, admission and validation because `Api`
-  does them (module `inprocess`, importable from here too and loaded on first use, so an agent
-  that only speaks HTTPS does not import the API server's layers). Each call builds a fresh
-  `Call(user, WriteOptions(...))`. Inputs are deep-copied (`copy_json`: bodies are JSON values —
-  dicts, lists, strings, numbers, booleans, None), so a controller's dicts are never aliased by
-  the server (as if they had crossed a wire); a create's body and a merge patch are not,
-  because the server only reads them (what is stored is built anew by validation). With
+  does them (module `inprocess`, imported from there, so an agent that only speaks HTTPS never
+  imports the API server's layers). Each call builds a fresh `Call(user, WriteOptions(...))`
+  and passes list and watch options typed (`apiserver.options`), selectors parsed once.
+  Inputs are deep-copied (`copy_json`: bodies are JSON values — dicts, lists, strings,
+  numbers, booleans, None), so a controller's dicts are never aliased by the server (as if
+  they had crossed a wire); a create's body and a merge patch are not, because the server
+  only reads them (what is stored is built anew by validation). With
   `fence_term=T` every write is fenced to Raft term T (see `orchestrator.store.fencing`): once
   this server is no longer the leader of term T, writes fail with a 503 instead of landing.
 * `HttpClient(rest)` speaks HTTPS through an entered `orchestrator.client.RestClient`.
@@ -48,14 +49,12 @@ from orchestrator.client import (
     ResourceInfo,
 )
 from orchestrator.client.resource import DEPLOYMENTS, EVENTS, NAMESPACES, NODES, PODS, REPLICASETS
+from orchestrator.controllers.runtime.bodies import binding, delete_options
 from orchestrator.kube.errors import ApiError
-from orchestrator.kube.objects import Obj
+from orchestrator.kube.objects import Obj, metadata_of
 
-if TYPE_CHECKING:  # not imported at run time: in-process users (the server) need no httpx,
+if TYPE_CHECKING:  # not imported at run time: in-process users (the server) need no httpx
     from orchestrator.client.rest import RestClient
-    from orchestrator.controllers.runtime.inprocess import (
-        InProcessClient,  # and HTTP users (an agent) no API server layers
-    )
 
 __all__ = [
     "CONFIGMAPS",
@@ -67,7 +66,6 @@ __all__ = [
     "REPLICASETS",
     "Client",
     "HttpClient",
-    "InProcessClient",
     "Obj",
     "WatchEvent",
     "WatchStream",
@@ -78,14 +76,6 @@ WatchStream = AbstractAsyncContextManager[AsyncIterator[WatchEvent]]
 
 CONFIGMAPS = ResourceInfo("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",))
 DEFAULT_FIELD_MANAGER = "orchestrator-controller-manager"
-
-
-def __getattr__(name: str) -> Any:
-    if name == "InProcessClient":  # its own module, imported on first use (see the module doc)
-        from orchestrator.controllers.runtime.inprocess import InProcessClient
-
-        return InProcessClient
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Client(Protocol):
@@ -175,37 +165,6 @@ class Client(Protocol):
         ...
 
 
-def _meta(body: Obj) -> Obj:
-    meta = body.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _delete_options(
-    propagation_policy: str | None, preconditions: Obj | None, grace_period_seconds: int | None
-) -> Obj:
-    opts: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
-    if propagation_policy:
-        opts["propagationPolicy"] = propagation_policy
-    if preconditions:
-        opts["preconditions"] = dict(preconditions)
-    if grace_period_seconds is not None:
-        opts["gracePeriodSeconds"] = grace_period_seconds
-    return opts
-
-
-def _binding(pod: Obj, node: str) -> Obj:
-    meta = _meta(pod)
-    binding_meta: Obj = {"name": meta.get("name", ""), "namespace": meta.get("namespace", "")}
-    if meta.get("uid"):
-        binding_meta["uid"] = meta["uid"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": binding_meta,
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-    }
-
-
 # ---------------------------------------------------------------------------------- HTTP
 def _api_error(exc: ApiException | ApiConnectionError) -> ApiError:
     if isinstance(exc, ApiConnectionError):
@@ -277,14 +236,14 @@ class HttpClient:
         *,
         read_only: bool = False,  # every reply is decoded for this caller alone anyway
     ) -> Obj:
-        ns = namespace or str(_meta(body).get("namespace") or "")
+        ns = namespace or str(metadata_of(body).get("namespace") or "")
         result: Obj = await self._request(
             "POST", self._path(res, ns), params=self._write_params(), body=body
         )
         return result
 
     async def update(self, res: ResourceInfo, body: Obj, *, subresource: str = "") -> Obj:
-        meta = _meta(body)
+        meta = metadata_of(body)
         path = self._path(
             res, str(meta.get("namespace") or ""), str(meta.get("name") or ""), subresource
         )
@@ -314,7 +273,7 @@ class HttpClient:
     async def apply(
         self, res: ResourceInfo, body: Obj, *, force: bool = False, subresource: str = ""
     ) -> Obj:
-        meta = _meta(body)
+        meta = metadata_of(body)
         path = self._path(
             res, str(meta.get("namespace") or ""), str(meta.get("name") or ""), subresource
         )
@@ -334,16 +293,16 @@ class HttpClient:
         preconditions: Obj | None = None,
         grace_period_seconds: int | None = None,
     ) -> Obj:
-        opts = _delete_options(propagation_policy, preconditions, grace_period_seconds)
+        opts = delete_options(propagation_policy, preconditions, grace_period_seconds)
         result: Obj = await self._request("DELETE", self._path(res, namespace, name), body=opts)
         return result
 
     async def bind(self, pod: Obj, node: str) -> None:
-        meta = _meta(pod)
+        meta = metadata_of(pod)
         path = self._path(
             PODS, str(meta.get("namespace") or ""), str(meta.get("name") or ""), "binding"
         )
-        await self._request("POST", path, body=_binding(pod, node))
+        await self._request("POST", path, body=binding(pod, node))
 
     @asynccontextmanager
     async def watch(

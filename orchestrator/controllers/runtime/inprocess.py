@@ -2,7 +2,9 @@
 process — see `client` for the contract (the protocol, errors, watch semantics, fencing).
 
 A module of its own so that users of `client` that only speak HTTPS (a standalone node agent)
-do not import the API server's layers; `client` re-exports it on first use.
+do not import the API server's layers: import `InProcessClient` from here. It builds the
+verbs' typed options (`apiserver.options`) directly from its arguments: selectors are parsed
+once, here, and nothing goes through a query string.
 """
 
 from __future__ import annotations
@@ -10,25 +12,21 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
-from urllib.parse import urlencode
 
 import trio
 
-from orchestrator.apiserver.request import Query, WriteOptions
-from orchestrator.apiserver.resources import Api, Call
+from orchestrator.apiserver.handler import Call
+from orchestrator.apiserver.options import ListOptions, WatchOptions, WriteOptions
+from orchestrator.apiserver.resources import Api
 from orchestrator.apiserver.watch import open_watch
 from orchestrator.client import APPLY_PATCH, MERGE_PATCH, ResourceInfo
 from orchestrator.client.resource import PODS
-from orchestrator.controllers.runtime.client import (
-    DEFAULT_FIELD_MANAGER,
-    WatchEvent,
-    _binding,
-    _delete_options,
-    _meta,
-)
+from orchestrator.controllers.runtime.bodies import binding, delete_options
+from orchestrator.controllers.runtime.client import DEFAULT_FIELD_MANAGER, WatchEvent
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.jsonvalue import copy_json
-from orchestrator.kube.objects import Obj
+from orchestrator.kube.objects import Obj, metadata_of
+from orchestrator.kube.selectors import parse_field_selector, parse_label_selector
 from orchestrator.security.authn import User
 from orchestrator.store.fencing import fenced
 
@@ -85,25 +83,25 @@ class InProcessClient:
         continue_token: str = "",
         resource_version: str = "",
     ) -> Obj:
-        query = _query(
-            labelSelector=label_selector,
-            fieldSelector=field_selector,
-            limit=str(limit) if limit else "",
-            resourceVersion=resource_version,
-            **{"continue": continue_token},
+        opts = ListOptions(
+            label_selector=parse_label_selector(label_selector),
+            field_selector=parse_field_selector(field_selector),
+            limit=limit,
+            continue_token=continue_token or None,
+            resource_version=resource_version,
         )
-        return await self.api.list_objects(self._call(), self._kind(res), namespace, query)
+        return await self.api.list_objects(self._call(), self._kind(res), namespace, opts)
 
     async def create(
         self, res: ResourceInfo, body: Obj, namespace: str = "", *, read_only: bool = False
     ) -> Obj:
-        ns = namespace or str(_meta(body).get("namespace") or "")
+        ns = namespace or str(metadata_of(body).get("namespace") or "")
         with fenced(self.fence_term):
             # Not copied: a create only reads `body` and stores what validation built from it.
             return await self.api.create(self._call(read_only=read_only), self._kind(res), ns, body)
 
     async def update(self, res: ResourceInfo, body: Obj, *, subresource: str = "") -> Obj:
-        meta = _meta(body)
+        meta = metadata_of(body)
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         with fenced(self.fence_term):
             obj, _ = await self.api.update(
@@ -140,7 +138,7 @@ class InProcessClient:
     async def apply(
         self, res: ResourceInfo, body: Obj, *, force: bool = False, subresource: str = ""
     ) -> Obj:
-        meta = _meta(body)
+        meta = metadata_of(body)
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         with fenced(self.fence_term):
             obj, _ = await self.api.patch(
@@ -164,13 +162,13 @@ class InProcessClient:
         preconditions: Obj | None = None,
         grace_period_seconds: int | None = None,
     ) -> Obj:
-        opts = _delete_options(propagation_policy, preconditions, grace_period_seconds)
+        opts = delete_options(propagation_policy, preconditions, grace_period_seconds)
         with fenced(self.fence_term):
             obj, _code = await self.api.delete(self._call(), self._kind(res), namespace, name, opts)
         return obj
 
     async def bind(self, pod: Obj, node: str) -> None:
-        meta = _meta(pod)
+        meta = metadata_of(pod)
         kind = self._kind(PODS)
         with fenced(self.fence_term):
             await self.api.bind(
@@ -178,7 +176,7 @@ class InProcessClient:
                 kind,
                 str(meta.get("namespace") or ""),
                 str(meta.get("name") or ""),
-                _binding(pod, node),
+                binding(pod, node),
             )
 
     @asynccontextmanager
@@ -194,14 +192,14 @@ class InProcessClient:
         allow_bookmarks: bool = False,
         read_only: bool = False,
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
-        query = _query(
-            labelSelector=label_selector,
-            fieldSelector=field_selector,
-            resourceVersion=resource_version,
-            allowWatchBookmarks="true" if allow_bookmarks else "",
+        opts = WatchOptions(
+            label_selector=parse_label_selector(label_selector),
+            field_selector=parse_field_selector(field_selector),
+            resource_version=resource_version,
+            allow_bookmarks=allow_bookmarks,
         )
         stream = await open_watch(
-            self.api, self._call(), self._kind(res), namespace, query, read_only=read_only
+            self.api, self._call(), self._kind(res), namespace, opts, read_only=read_only
         )
         deadline = (
             trio.current_time() + timeout_seconds if timeout_seconds is not None else float("inf")
@@ -234,7 +232,3 @@ async def _in_process_events(
             if etype == "ERROR":
                 raise _watch_error(obj)
             yield etype, obj
-
-
-def _query(**params: str) -> Query:
-    return Query(urlencode({k: v for k, v in params.items() if v}))

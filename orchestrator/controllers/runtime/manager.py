@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from orchestrator.apiserver.resources import Api
-from orchestrator.controllers.runtime.client import InProcessClient
 from orchestrator.controllers.runtime.events import EventRecorder
 from orchestrator.controllers.runtime.informer import InformerFactory
+from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.security.authn import User
 

@@ -1,0 +1,93 @@
+"""The read verbs: get and list (kube-apiserver's get.go), and the selection a list, a
+deletecollection and a watch's initial state share.
+
+A get or list with resourceVersion "0" (and no continue token) is served by a local,
+possibly stale read, as the apiserver serves it from its watch cache; anything else reads
+linearizably. A list honours `limit` and `continue` across pages of the store: the store's
+pages are filtered by the selectors until `limit` objects matched or the store has no more,
+so a page may hold fewer than `limit` objects only when it is the last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from orchestrator.apiserver.handler import Call, Handler
+from orchestrator.apiserver.options import ListOptions
+from orchestrator.kube import errors
+from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.kind import Kind
+from orchestrator.kube.selectors import FieldSelector, LabelSelector, check_field_labels
+
+
+async def get_object(
+    h: Handler, call: Call, kind: Kind, ns: str, name: str, *, rv: str = ""
+) -> Obj:
+    h.check_namespace_arg(kind, ns)
+    h.authorize(call, "get", kind, ns, name)
+    obj = await h.objects.get(kind, ns, name, stale_ok=rv == "0")
+    return h.present(kind, obj)
+
+
+async def list_items(
+    h: Handler, call: Call, kind: Kind, ns: str, opts: ListOptions
+) -> tuple[list[Obj], int, str | None]:
+    """The list verb's objects, revision and continue token (as a List or a Table)."""
+    if not kind.namespaced and ns:
+        raise errors.route_not_found()
+    h.authorize(call, "list", kind, ns)
+    return await select(h, kind, ns, opts)
+
+
+async def list_objects(h: Handler, call: Call, kind: Kind, ns: str, opts: ListOptions) -> Obj:
+    objs, revision, token = await list_items(h, call, kind, ns, opts)
+    meta: Obj = {"resourceVersion": str(revision)}
+    if token:
+        meta["continue"] = token
+    return {
+        "kind": f"{kind.kind}List",
+        "apiVersion": kind.api_version,
+        "metadata": meta,
+        "items": objs,
+    }
+
+
+def matcher(kind: Kind, labels: LabelSelector, fields: FieldSelector) -> Callable[[Obj], bool]:
+    """Whether an object of `kind` matches the selectors (400 for a field label `kind` lacks)."""
+    check_field_labels(fields, set(kind.field_labels))
+
+    def matches(obj: Obj) -> bool:
+        meta = obj.get("metadata") or {}
+        if not labels.matches(meta.get("labels") or {}):
+            return False
+
+        def getter(label: str) -> str | None:
+            if label == "metadata.name":
+                return str(meta.get("name", ""))
+            if label == "metadata.namespace":
+                return str(meta.get("namespace", ""))
+            fn = kind.field_labels.get(label)
+            return fn(obj) if fn else None
+
+        return fields.matches(getter)
+
+    return matches
+
+
+async def select(
+    h: Handler, kind: Kind, ns: str, opts: ListOptions
+) -> tuple[list[Obj], int, str | None]:
+    """Matching objects, the list revision and a continue token (limit/continue honoured)."""
+    matches = matcher(kind, opts.label_selector, opts.field_selector)
+    limit = opts.limit
+    token = opts.continue_token
+    stale = opts.stale_ok()
+    out: list[Obj] = []
+    while True:
+        page, res = await h.objects.list(
+            kind, ns, limit=max(limit - len(out), 0), continue_token=token, stale_ok=stale
+        )
+        out.extend(h.present(kind, o) for o in page if matches(o))
+        token = res.continue_token
+        if token is None or (limit and len(out) >= limit):
+            return out, res.revision, token
