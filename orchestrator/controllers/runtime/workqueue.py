@@ -28,7 +28,7 @@ The promises (client-go `doc.go`), kept by `QueueCore`:
   items already queued, then `get` raises `QueueShutDown`. `shutdown_with_drain` also waits
   until no item is being processed.
 
-Split (STYLE.md §1): `QueueCore` holds all bookkeeping and takes `now` as an argument — no trio,
+Split (a pure core, a thin driver): `QueueCore` holds all bookkeeping and takes `now` as an argument — no trio,
 no clock, deterministic, tested exhaustively and against a model. `WorkQueue` is the thin trio
 driver: it reads the clock, parks getters (`get`) and drainers, and its `run()` task sleeps
 until the earliest delayed item is due (the sleep's deadline is moved earlier when an earlier
