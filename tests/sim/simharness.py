@@ -8,12 +8,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-from api.apiharness import Harness, api_server
 
 from orchestrator.apiserver.resources import Api
-from orchestrator.security.authn import User
+from orchestrator.testing.apiserver import ADMIN, Harness, api_server
 
-ADMIN = User("admin", ("system:masters", "system:authenticated"))
+__all__ = ["ADMIN", "api_of", "sim_api_server", "until", "until_async"]
 
 
 @asynccontextmanager
@@ -27,8 +26,7 @@ async def sim_api_server() -> AsyncIterator[Harness]:
 
 
 def api_of(h: Harness) -> Api:
-    assert h.server.api is not None
-    return h.server.api.api
+    return h.api
 
 
 async def until(predicate: Callable[[], Any]) -> None:
