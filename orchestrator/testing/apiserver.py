@@ -72,6 +72,15 @@ class Harness:
         assert self.server.api is not None, "the server runs no API"
         return self.server.api.api
 
+    async def wait_namespace(self, name: str, within: float = 30.0) -> None:
+        """Until namespace `name` exists: the server creates its system namespaces
+        (`kube-system`, `kube-node-lease`, ...) just after it starts; simulated nodes need
+        `kube-node-lease` for their Leases."""
+        with trio.fail_after(within):
+            url = f"/api/v1/namespaces/{name}"
+            while (await self.client.get(url)).status_code != 200:  # noqa: ASYNC110  (polling)
+                await trio.sleep(0.02)
+
     async def wait_ready(self, within: float = 30.0) -> None:
         """Until the API answers for the `default` namespace (within `within` seconds)."""
         with trio.fail_after(within):

@@ -18,10 +18,7 @@ __all__ = ["ADMIN", "api_of", "sim_api_server", "until", "until_async"]
 @asynccontextmanager
 async def sim_api_server() -> AsyncIterator[Harness]:
     async with api_server() as h:
-        with trio.fail_after(30):  # the server creates its system namespaces just after start
-            url = "/api/v1/namespaces/kube-node-lease"
-            while (await h.client.get(url)).status_code != 200:  # noqa: ASYNC110  (polling)
-                await trio.sleep(0.02)
+        await h.wait_namespace("kube-node-lease")
         yield h
 
 
