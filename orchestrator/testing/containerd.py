@@ -44,7 +44,6 @@ import argparse
 import contextlib
 import ctypes
 import fcntl
-import importlib
 import ipaddress
 import itertools
 import json
@@ -62,6 +61,7 @@ from typing import IO, Any, Literal
 import trio
 
 from orchestrator.systemd import exit_description
+from orchestrator.testing.crisweep import remove_all_sandboxes
 from orchestrator.testing.images import BUSYBOX, PAUSE_IMAGE, build_default_images
 
 __all__ = [
@@ -110,86 +110,6 @@ def missing_prerequisites(
     if not busybox.is_file():
         problems.append(f"{busybox} missing (Debian: busybox-static)")
     return problems
-
-
-# ------------------------------------------------------------------ minimal CRI over raw gRPC
-# Teardown needs only ListPodSandbox / StopPodSandbox / RemovePodSandbox, whose messages are tiny:
-# encoding them by hand keeps this module free of generated stubs.
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _read_varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, i
-        shift += 7
-
-
-def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
-    """(field number, value) pairs of a protobuf message; length-delimited values as bytes."""
-    out: list[tuple[int, int | bytes]] = []
-    i = 0
-    while i < len(buf):
-        key, i = _read_varint(buf, i)
-        number, wire = key >> 3, key & 7
-        value: int | bytes
-        if wire == 0:
-            value, i = _read_varint(buf, i)
-        elif wire == 1:
-            value, i = buf[i : i + 8], i + 8
-        elif wire == 2:
-            n, i = _read_varint(buf, i)
-            value, i = buf[i : i + n], i + n
-        elif wire == 5:
-            value, i = buf[i : i + 4], i + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        out.append((number, value))
-    return out
-
-
-def _remove_all_sandboxes(socket: Path, timeout: float = 20.0) -> list[str]:
-    """Stop and remove every CRI pod sandbox; returns the ids removed (best-effort)."""
-    grpc: Any = importlib.import_module("grpc")  # deferred: only teardown needs it
-
-    removed: list[str] = []
-    with grpc.insecure_channel(f"unix://{socket}") as channel:
-        grpc.channel_ready_future(channel).result(timeout=5)
-
-        def call(method: str, request: bytes) -> bytes:
-            rpc = channel.unary_unary(f"/runtime.v1.RuntimeService/{method}")
-            response: bytes = rpc(request, timeout=timeout)
-            return response
-
-        listing = call("ListPodSandbox", b"")
-        ids: list[str] = []
-        for number, item in _fields(listing):  # ListPodSandboxResponse.items = 1
-            if number == 1 and isinstance(item, bytes):
-                raw_id = dict(_fields(item)).get(1)  # PodSandbox.id = 1
-                if isinstance(raw_id, bytes):
-                    ids.append(raw_id.decode())
-        for sandbox_id in filter(None, ids):
-            request = b"\x0a" + _varint(len(sandbox_id.encode())) + sandbox_id.encode()
-            with contextlib.suppress(grpc.RpcError):
-                call("StopPodSandbox", request)
-                call("RemovePodSandbox", request)
-                removed.append(sandbox_id)
-    return removed
 
 
 # ------------------------------------------------------------------ the instance
@@ -506,7 +426,7 @@ state = {q(str(self.state))}
 
     def _teardown_workloads(self) -> None:
         with contextlib.suppress(Exception):
-            _remove_all_sandboxes(self.socket)
+            remove_all_sandboxes(self.socket)
         with contextlib.suppress(Exception):
             namespaces = self.ctr("namespaces", "ls", "-q", timeout=10).stdout.split()
             for ns in namespaces:

@@ -1,19 +1,22 @@
-"""The kubectl-like commands against `kubefake.FakeApi`: what they print, what they send."""
+"""The kubectl-like commands against the real API server in process (`conftest.py`): what they
+print, what they send."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 import yaml
-from kubefake import FakeApi, status
+from conftest import CliApi, Run
 
-from orchestrator.cli import kube
-from orchestrator.cli.main import _build_parser, main
+from orchestrator.cli.main import main
 
 KUBECONFIG = """
 apiVersion: v1
@@ -23,33 +26,6 @@ users: [{name: u, user: {token: secret}}]
 contexts: [{name: ctx, context: {cluster: c, user: u}}]
 current-context: ctx
 """
-
-
-@pytest.fixture
-def api() -> FakeApi:
-    return FakeApi()
-
-
-@pytest.fixture
-def kubeconfig(tmp_path: Path) -> Path:
-    p = tmp_path / "kubeconfig.yaml"
-    p.write_text(KUBECONFIG)
-    return p
-
-
-Run = Any
-
-
-@pytest.fixture
-def run(api: FakeApi, kubeconfig: Path) -> Run:
-    async def go(*argv: str) -> tuple[int, str, str]:
-        args = _build_parser().parse_args([*argv, "--kubeconfig", str(kubeconfig)])
-        out, err = io.StringIO(), io.StringIO()
-        with trio.fail_after(5):
-            rc = await kube.run(args, out=out, err=err, transport=api.transport())
-        return rc, out.getvalue(), err.getvalue()
-
-    return go
 
 
 def deployment(
@@ -70,34 +46,47 @@ def deployment(
     }
 
 
+def pod(name: str, *containers: str) -> dict[str, Any]:
+    spec = {"containers": [{"name": c, "image": "busybox"} for c in containers]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def aged(text: str) -> str:
+    """`text` with every age (`0s`, `3s`: the objects are seconds old) written `#s`."""
+    return re.sub(r"\b\d+s\b", lambda m: "#" * (len(m[0]) - 1) + "s", text)
+
+
 # ---- get --------------------------------------------------------------------------------------
 
 
-async def test_get_prints_the_table_with_kubectl_spacing(api: FakeApi, run: Run) -> None:
-    api.add(deployment("nginx"))
-    api.add(deployment("web-frontend", replicas=10))
+async def test_get_prints_the_table_with_kubectl_spacing(api: CliApi, run: Run) -> None:
+    await api.add(deployment("nginx"))
+    await api.add(deployment("web-frontend", replicas=10))
     rc, out, err = await run("get", "deploy")
     assert (rc, err) == (0, "")
-    assert out.splitlines() == [
-        "NAME           REPLICAS   AGE",
-        "nginx          3          5m",
-        "web-frontend   10         5m",
+    assert aged(out).splitlines() == [
+        "NAME           READY   UP-TO-DATE   AVAILABLE   AGE",
+        "nginx          0/3     0            0           #s",
+        "web-frontend   0/10    0            0           #s",
     ]
     req = api.requests[-1]
     assert req.url.path == "/apis/apps/v1/namespaces/default/deployments"
     assert "as=Table" in req.headers["accept"]
-    assert req.headers["authorization"] == "Bearer secret"
+    assert req.headers["authorization"] == f"Bearer {api.h.token}"
 
 
-async def test_get_wide_all_namespaces_and_labels(api: FakeApi, run: Run) -> None:
-    api.add(deployment("a", ns="prod"))
-    api.add(deployment("b"))
+async def test_get_wide_all_namespaces_and_labels(api: CliApi, run: Run) -> None:
+    await api.add(deployment("a", ns="prod"))
+    await api.add(deployment("b"))
     rc, out, _ = await run("get", "deployments.apps", "-A", "-o", "wide", "--show-labels")
     assert rc == 0
-    assert out.splitlines() == [
-        "NAMESPACE   NAME   REPLICAS   AGE   NODE-NAME   LABELS",
-        "default     b      3          5m    node-1      app=b",
-        "prod        a      3          5m    node-1      app=a",
+    assert aged(out).splitlines() == [
+        "NAMESPACE   NAME   READY   UP-TO-DATE   AVAILABLE   AGE   CONTAINERS   IMAGES       "
+        "SELECTOR   LABELS",
+        "default     b      0/3     0            0           #s    b            nginx:1.26   "
+        "app=b      app=b",
+        "prod        a      0/3     0            0           #s    a            nginx:1.26   "
+        "app=a      app=a",
     ]
     assert api.requests[-1].url.path == "/apis/apps/v1/deployments"
 
@@ -112,17 +101,17 @@ async def test_get_nothing_says_so_on_stderr(run: Run) -> None:
     assert await run("get", "nodes") == (0, "", "No resources found\n")
 
 
-async def test_get_names_some_missing(api: FakeApi, run: Run) -> None:
-    api.add(deployment("nginx"))
+async def test_get_names_some_missing(api: CliApi, run: Run) -> None:
+    await api.add(deployment("nginx"))
     rc, out, err = await run("get", "deployment", "nginx", "nope")
     assert rc == 1
     assert out.splitlines()[1].startswith("nginx ")
     assert err == 'Error from server (NotFound): deployments.apps "nope" not found\n'
 
 
-async def test_get_several_types_prefixes_names(api: FakeApi, run: Run) -> None:
-    api.add(deployment("nginx"))
-    api.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web"}, "spec": {}})
+async def test_get_several_types_prefixes_names(api: CliApi, run: Run) -> None:
+    await api.add(deployment("nginx"))
+    await api.add(pod("web", "app"))
     rc, out, _ = await run("get", "deploy,po")
     assert rc == 0
     lines = out.splitlines()
@@ -131,8 +120,8 @@ async def test_get_several_types_prefixes_names(api: FakeApi, run: Run) -> None:
     assert lines[4].startswith("pod/web")
 
 
-async def test_get_output_formats(api: FakeApi, run: Run) -> None:
-    api.add(deployment("nginx"))
+async def test_get_output_formats(api: CliApi, run: Run) -> None:
+    await api.add(deployment("nginx"))
     rc, out, _ = await run("get", "deploy", "nginx", "-o", "json")
     assert rc == 0
     assert json.loads(out)["metadata"]["name"] == "nginx"
@@ -144,9 +133,9 @@ async def test_get_output_formats(api: FakeApi, run: Run) -> None:
     assert await run("get", "deploy", "-o", "name") == (0, "deployment.apps/nginx\n", "")
 
 
-async def test_get_without_table_support_prints_name_and_age(api: FakeApi, run: Run) -> None:
-    api.tables = False
-    api.add(deployment("nginx"))
+async def test_get_without_table_support_prints_name_and_age(api: CliApi, run: Run) -> None:
+    api.net.tables = False  # a server that answers a Table request with the plain list
+    await api.add(deployment("nginx"))
     rc, out, _ = await run("get", "deploy")
     assert rc == 0
     head, row = out.splitlines()
@@ -159,51 +148,69 @@ async def test_get_without_table_support_prints_name_and_age(api: FakeApi, run: 
 LEFT_EARLY = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
+async def until_printed(out: io.StringIO, text: str) -> None:
+    """Until `text` was printed to `out` (callers hold the deadline)."""
+    while text not in aged(out.getvalue()):  # noqa: ASYNC110  (polling printed output)
+        await trio.sleep(0.01)
+
+
 @LEFT_EARLY
-async def test_get_watch_prints_rows_from_events(api: FakeApi, run: Run) -> None:
-    api.add(deployment("nginx"))
-    ev = {
-        "type": "MODIFIED",
-        "object": {
-            "kind": "Table",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": "200"},
-            "columnDefinitions": [
-                {"name": "Name", "type": "string", "priority": 0},
-                {"name": "Replicas", "type": "integer", "priority": 0},
-                {"name": "Age", "type": "string", "priority": 0},
-            ],
-            "rows": [
-                {
-                    "cells": ["nginx", 5, "6m"],
-                    "object": {"kind": "PartialObjectMetadata", "metadata": {"name": "nginx"}},
-                }
-            ],
-        },
-    }
-    line = json.dumps(ev).encode() + b"\n"
-    # Split mid-line: the decoder must wait for the newline. The stream then ends: -w would
-    # re-watch, so an ERROR event (410) stops the test the way a real expiry would.
-    gone = {"kind": "Status", "status": "Failure", "message": "too old resource version"}
-    expired = {"type": "ERROR", "object": {**gone, "reason": "Expired", "code": 410}}
-    api.watch_lines["deployments"] = [line[:10], line[10:], json.dumps(expired).encode() + b"\n"]
-    rc, out, err = await run("get", "deploy", "-w")
-    assert rc == 1
-    assert out.splitlines() == [
-        "NAME    REPLICAS   AGE",
-        "nginx   3          5m",
-        "nginx   5          6m",
+async def test_get_watch_prints_rows_from_events(api: CliApi, run: Run) -> None:
+    await api.add(deployment("nginx"))
+
+    async def scale(request: httpx.Request) -> None:  # between the list and its watch
+        api.net.before_watch = None
+        r = await api.h.client.patch(
+            "/apis/apps/v1/namespaces/default/deployments/nginx",
+            json={"spec": {"replicas": 5}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert r.status_code == 200, r.text
+
+    api.net.before_watch = scale
+    out = io.StringIO()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(run, "get", "deploy", "-w", out=out))
+        with trio.fail_after(20):
+            await until_printed(out, "nginx   0/5")
+        nursery.cancel_scope.cancel()  # -w watches until interrupted
+    assert aged(out.getvalue()).splitlines() == [
+        "NAME    READY   UP-TO-DATE   AVAILABLE   AGE",
+        "nginx   0/3     0            0           #s",
+        "nginx   0/5     0            0           #s",
     ]
-    assert err == "Error from server (Expired): too old resource version\n"
     watch = api.requests[-1]
     assert watch.url.params["watch"] == "true"
-    assert watch.url.params["resourceVersion"] == str(api.rv)
+    scaled = await api.find(deployment("nginx"))  # the watch starts at the list, before the scale
+    assert int(watch.url.params["resourceVersion"]) < int(scaled["metadata"]["resourceVersion"])
+
+
+@LEFT_EARLY
+async def test_get_watch_ends_on_an_expired_resource_version(api: CliApi, run: Run) -> None:
+    """Writes and a compaction between the list and its watch: the server answers the watch
+    with an ERROR event (410 Expired), which -w prints as kubectl does, and stops."""
+    await api.add(deployment("nginx"))
+    store = api.h.server.store
+
+    async def expire(request: httpx.Request) -> None:
+        api.net.before_watch = None
+        await api.add(deployment("web"))
+        await store.compact(await store.current_revision())
+
+    api.net.before_watch = expire
+    rc, out, err = await run("get", "deploy", "-w")
+    assert rc == 1
+    assert aged(out).splitlines() == [
+        "NAME    READY   UP-TO-DATE   AVAILABLE   AGE",
+        "nginx   0/3     0            0           #s",
+    ]
+    assert err.startswith("Error from server (Expired): too old resource version")
 
 
 # ---- errors -----------------------------------------------------------------------------------
 
 
-async def test_errors_print_like_kubectl(api: FakeApi, run: Run) -> None:
+async def test_errors_print_like_kubectl(api: CliApi, run: Run, tmp_path: Path) -> None:
     assert await run("get", "deploy", "nope") == (
         1,
         "",
@@ -214,10 +221,9 @@ async def test_errors_print_like_kubectl(api: FakeApi, run: Run) -> None:
         "",
         'error: the server doesn\'t have a resource type "widgets"\n',
     )
-    api.fail[("GET", "/api/v1/namespaces/default/pods")] = status(
-        401, "Unauthorized", "Unauthorized"
-    )
-    assert await run("get", "pods") == (
+    wrong = tmp_path / "wrong-token.yaml"
+    wrong.write_text(api.h.kubeconfig.read_text().replace(api.h.token, "not-a-token"))
+    assert await run("get", "pods", kubeconfig=wrong) == (
         1,
         "",
         "error: You must be logged in to the server (Unauthorized)\n",
@@ -240,16 +246,10 @@ def test_main_prints_connection_errors_without_traceback(
 # ---- apply / delete / scale -------------------------------------------------------------------
 
 
-async def test_apply_is_idempotent(api: FakeApi, run: Run, tmp_path: Path) -> None:
+async def test_apply_is_idempotent(api: CliApi, run: Run, tmp_path: Path) -> None:
     (tmp_path / "m").mkdir()
     f = tmp_path / "m" / "app.yaml"
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "web"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    }
-    f.write_text(yaml.safe_dump(deployment()) + "---\n" + yaml.safe_dump(pod) + "---\n")
+    f.write_text(yaml.safe_dump(deployment()) + "---\n" + yaml.safe_dump(pod("web", "c")) + "---\n")
     assert await run("apply", "-f", str(f)) == (
         0,
         "deployment.apps/nginx created\npod/web created\n",
@@ -266,7 +266,7 @@ async def test_apply_is_idempotent(api: FakeApi, run: Run, tmp_path: Path) -> No
         "deployment.apps/nginx configured\n",
         "",
     )
-    assert api.find("apps", "deployments", "default", "nginx")["spec"]["replicas"] == 5  # type: ignore[index]
+    assert (await api.find(deployment()))["spec"]["replicas"] == 5
     req, body = api.bodies("PATCH")[-1]
     assert req.headers["content-type"] == "application/apply-patch+yaml"
     assert req.url.params["fieldManager"] == "orchestrator-cli"
@@ -274,7 +274,7 @@ async def test_apply_is_idempotent(api: FakeApi, run: Run, tmp_path: Path) -> No
     assert body["metadata"]["namespace"] == "default"
 
 
-async def test_apply_errors(api: FakeApi, run: Run, tmp_path: Path) -> None:
+async def test_apply_errors(run: Run, tmp_path: Path) -> None:
     f = tmp_path / "d.yaml"
     f.write_text(yaml.safe_dump(deployment(ns="prod")))
     rc, _, err = await run("apply", "-f", str(f), "-n", "dev")
@@ -287,24 +287,6 @@ async def test_apply_errors(api: FakeApi, run: Run, tmp_path: Path) -> None:
         f'error: error validating "{f}": error validating data: [apiVersion not set]\n',
     )
     f.write_text(yaml.safe_dump(deployment("invalid", replicas=-1)))
-    api.fail[("PATCH", "/apis/apps/v1/namespaces/default/deployments/invalid")] = status(
-        422,
-        "Invalid",
-        'Deployment.apps "invalid" is invalid: spec.replicas: Invalid value: -1: must be '
-        "greater than or equal to 0",
-        {
-            "name": "invalid",
-            "group": "apps",
-            "kind": "Deployment",
-            "causes": [
-                {
-                    "reason": "FieldValueInvalid",
-                    "field": "spec.replicas",
-                    "message": "Invalid value: -1: must be greater than or equal to 0",
-                }
-            ],
-        },
-    )
     assert await run("apply", "-f", str(f)) == (
         1,
         "",
@@ -313,9 +295,9 @@ async def test_apply_errors(api: FakeApi, run: Run, tmp_path: Path) -> None:
     )
 
 
-async def test_delete_and_scale(api: FakeApi, run: Run, tmp_path: Path) -> None:
-    api.add(deployment("nginx"))
-    api.add(deployment("web"))
+async def test_delete_and_scale(api: CliApi, run: Run, tmp_path: Path) -> None:
+    await api.add(deployment("nginx"))
+    await api.add(deployment("web"))
     assert await run("scale", "deploy/nginx", "--replicas=5") == (
         0,
         "deployment.apps/nginx scaled\n",
@@ -325,6 +307,7 @@ async def test_delete_and_scale(api: FakeApi, run: Run, tmp_path: Path) -> None:
     assert req.url.path.endswith("/deployments/nginx/scale")
     assert req.headers["content-type"] == "application/merge-patch+json"
     assert body == {"spec": {"replicas": 5}}
+    assert (await api.find(deployment("nginx")))["spec"]["replicas"] == 5
     assert await run("delete", "deployment", "nginx", "nope") == (
         1,
         'deployment.apps "nginx" deleted\n',
@@ -335,15 +318,16 @@ async def test_delete_and_scale(api: FakeApi, run: Run, tmp_path: Path) -> None:
     f.write_text(yaml.safe_dump(deployment("web")))
     assert await run("delete", "-f", str(f)) == (0, 'deployment.apps "web" deleted\n', "")
     assert await run("delete", "deploy", "web", "--ignore-not-found") == (0, "", "")
+    assert await run("get", "deploy") == (0, "", "No resources found in default namespace.\n")
 
 
 # ---- describe / logs --------------------------------------------------------------------------
 
 
-async def test_describe_renders_object_and_events(api: FakeApi, run: Run) -> None:
-    dep = api.add(deployment("nginx", annotations={"deployment.kubernetes.io/revision": "2"}))
+async def test_describe_renders_object_and_events(api: CliApi, run: Run) -> None:
+    dep = await api.add(deployment("nginx", annotations={"deployment.kubernetes.io/revision": "2"}))
     uid = dep["metadata"]["uid"]
-    api.add(
+    await api.add(
         {
             "apiVersion": "v1",
             "kind": "Event",
@@ -359,7 +343,7 @@ async def test_describe_renders_object_and_events(api: FakeApi, run: Run) -> Non
             "count": 1,
             "message": "Scaled up replica set nginx-7c5 to 3",
             "source": {"component": "deployment-controller"},
-            "lastTimestamp": "2025-01-01T00:00:00Z",
+            "lastTimestamp": dep["metadata"]["creationTimestamp"],
         }
     )
     rc, out, _ = await run("describe", "deployment", "nginx")
@@ -372,8 +356,8 @@ async def test_describe_renders_object_and_events(api: FakeApi, run: Run) -> Non
         "Annotations:  deployment.kubernetes.io/revision: 2",
     ]
     assert "API Version:  apps/v1" in lines
-    assert "  Creation Timestamp:  2025-01-01T00:00:00Z" in lines
-    assert "  Replicas:  3" in lines
+    assert f"  Creation Timestamp:  {dep['metadata']['creationTimestamp']}" in lines
+    assert "  Replicas:                   3" in lines
     assert "      app:  nginx" in lines  # label maps keep their keys
     i = lines.index("Events:")
     assert lines[i + 1].split() == ["Type", "Reason", "Age", "From", "Message"]
@@ -385,24 +369,25 @@ async def test_describe_renders_object_and_events(api: FakeApi, run: Run) -> Non
     )
 
 
-async def test_logs_picks_the_container(api: FakeApi, run: Run) -> None:
-    api.add(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "web"},
-            "spec": {"containers": [{"name": "app"}, {"name": "sidecar"}]},
-        }
+async def test_logs_picks_the_container(api: CliApi, run: Run) -> None:
+    """Which container's log is asked for, and how; the text itself comes from the pod's node
+    agent (tests/agent/test_agent_containerd.py), and here no node runs the pod."""
+    await api.add(pod("web", "app", "sidecar"))
+    rc, out, err = await run("logs", "web", "--tail", "2")
+    assert (rc, out) == (1, "")
+    assert err.splitlines()[0] == 'Defaulted container "app" out of: app, sidecar'
+    q = api.requests[-1].url
+    assert q.path == "/api/v1/namespaces/default/pods/web/log"
+    assert (q.params["container"], q.params["tailLines"]) == ("app", "2")
+    assert err.splitlines()[1] == (
+        'Error from server (BadRequest): container "app" in pod "web" is waiting to start: '
+        "ContainerCreating"
     )
-    api.logs[("web", "app")] = "one\ntwo\nthree\n"
-    api.logs[("web", "sidecar")] = "side\n"
-    assert await run("logs", "web", "--tail", "2") == (
-        0,
-        "two\nthree\n",
-        'Defaulted container "app" out of: app, sidecar\n',
-    )
-    assert await run("logs", "pod/web", "-c", "sidecar", "-f") == (0, "side\n", "")
-    assert api.requests[-1].url.params["follow"] == "true"
+    rc, out, err = await run("logs", "pod/web", "-c", "sidecar", "-f")
+    assert rc == 1
+    assert not err.startswith("Defaulted")
+    q = api.requests[-1].url
+    assert (q.params["container"], q.params["follow"]) == ("sidecar", "true")
     assert await run("logs", "web", "-c", "nope") == (
         1,
         "",
@@ -416,17 +401,25 @@ async def test_logs_picks_the_container(api: FakeApi, run: Run) -> None:
 async def test_api_resources(run: Run) -> None:
     rc, out, _ = await run("api-resources")
     assert rc == 0
-    assert out.splitlines() == [
-        "NAME          SHORTNAMES   APIVERSION   NAMESPACED   KIND",
-        "pods          po           v1           true         Pod",
-        "events        ev           v1           true         Event",
-        "namespaces    ns           v1           false        Namespace",
-        "nodes         no           v1           false        Node",
-        "deployments   deploy       apps/v1      true         Deployment",
-        "replicasets   rs           apps/v1      true         ReplicaSet",
-    ]
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]
+    assert lines[0].startswith("NAME                        SHORTNAMES   APIVERSION   ")
+    rows = [line.split() for line in lines[1:]]
+    for row in (
+        ["pods", "po", "v1", "true", "Pod"],
+        ["namespaces", "ns", "v1", "false", "Namespace"],
+        ["secrets", "v1", "true", "Secret"],  # no short name: an empty cell
+        ["deployments", "deploy", "apps/v1", "true", "Deployment"],
+    ):
+        assert row in rows
+    groups = [row[-3] for row in rows]
+    assert groups.index("v1") < groups.index("apps/v1")  # the core group first
     rc, out, _ = await run("api-resources", "--namespaced", "false", "-o", "name")
-    assert out.splitlines() == ["namespaces", "nodes"]
+    assert out.splitlines() == [
+        "namespaces",
+        "nodes",
+        "customresourcedefinitions.apiextensions.k8s.io",
+    ]
 
 
 async def test_explain_walks_refs(run: Run) -> None:
@@ -440,15 +433,15 @@ async def test_explain_walks_refs(run: Run) -> None:
         "FIELD: strategy <DeploymentStrategy>",
         "",
         "DESCRIPTION:",
-        "    The deployment strategy to use to replace existing pods with new ones.",
+        "    How old pods are replaced by new ones.",
         "    ",
         "FIELDS:",
         "  rollingUpdate\t<RollingUpdateDeployment>",
-        "    Rolling update config params.",
+        "    Bounds for a rolling update.",
         "",
         "  type\t<string>",
         "  enum: Recreate, RollingUpdate",
-        "    Type of deployment.",
+        "    Recreate or RollingUpdate (default).",
     ]
     rc, out, _ = await run("explain", "deployment.spec")
     assert "  selector\t<LabelSelector> -required-" in out.splitlines()

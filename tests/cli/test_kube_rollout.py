@@ -1,18 +1,16 @@
-"""`rollout`: kubectl's status messages, revision selection for undo, and what is sent."""
+"""`rollout`: kubectl's status messages, revision selection for undo, and what is sent (the
+commands against the real API server in process, `conftest.py`)."""
 
 from __future__ import annotations
 
 import io
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from kubefake import FakeApi
-from test_kube_cli import KUBECONFIG, deployment
+from conftest import CliApi, Run
+from test_kube_cli import deployment, until_printed
 
-from orchestrator.cli import kube
 from orchestrator.cli.kube._common import CommandError
 from orchestrator.cli.kube.rollout import (
     deployment_status,
@@ -21,7 +19,6 @@ from orchestrator.cli.kube.rollout import (
     rollback_patch,
     select_revision,
 )
-from orchestrator.cli.main import _build_parser
 
 # httpx's response streams are async generators (encode/httpx#3686): a stream left early is
 # closed by the client, but trio still reports the generator objects as unexhausted at GC.
@@ -52,10 +49,11 @@ def rs(
             ],
         },
         "spec": {
+            "selector": {"matchLabels": {"app": "nginx", "pod-template-hash": "abc"}},
             "template": {
                 "metadata": {"labels": {"app": "nginx", "pod-template-hash": "abc"}},
                 "spec": {"containers": [{"name": "nginx", "image": image}]},
-            }
+            },
         },
     }
 
@@ -139,32 +137,14 @@ def test_owned_and_rollback_patch() -> None:
 # ---- commands ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def api() -> FakeApi:
-    return FakeApi()
-
-
-@pytest.fixture
-def run(api: FakeApi, tmp_path: Path) -> Any:
-    cfg = tmp_path / "kubeconfig.yaml"
-    cfg.write_text(KUBECONFIG)
-
-    async def go(*argv: str) -> tuple[int, str, str]:
-        args = _build_parser().parse_args([*argv, "--kubeconfig", str(cfg)])
-        out, err = io.StringIO(), io.StringIO()
-        with trio.fail_after(5):
-            rc = await kube.run(args, out=out, err=err, transport=api.transport())
-        return rc, out.getvalue(), err.getvalue()
-
-    return go
-
-
-async def test_undo_restart_history(api: FakeApi, run: Any) -> None:
-    dep = api.add(deployment())
+async def test_undo_restart_history(api: CliApi, run: Run) -> None:
+    # As the deployment controller leaves it: its revision annotation exists (the rollback's
+    # JSON patch replaces the annotations, as kubectl's does, so they must exist).
+    dep = await api.add(deployment(annotations={"deployment.kubernetes.io/revision": "2"}))
     uid = dep["metadata"]["uid"]
-    api.add(rs(1, "nginx:1.25", owner_uid=uid))
-    api.add(rs(2, "nginx:1.26", owner_uid=uid))
-    api.add(rs(5, "evil:1", owner_uid="someone-else"))
+    await api.add(rs(1, "nginx:1.25", owner_uid=uid))
+    await api.add(rs(2, "nginx:1.26", owner_uid=uid))
+    await api.add(rs(5, "evil:1", owner_uid="someone-else"))
     assert await run("rollout", "history", "deployment/nginx") == (
         0,
         "deployment.apps/nginx\nREVISION  CHANGE-CAUSE\n1         set image nginx:1.25\n"
@@ -180,8 +160,8 @@ async def test_undo_restart_history(api: FakeApi, run: Any) -> None:
     req, body = api.bodies("PATCH")[-1]
     assert req.headers["content-type"] == "application/json-patch+json"
     assert body[0]["value"]["spec"]["containers"][0]["image"] == "nginx:1.25"
-    image = api.find("apps", "deployments", "default", "nginx")["spec"]["template"]["spec"]  # type: ignore[index]
-    assert image["containers"][0]["image"] == "nginx:1.25"
+    template = (await api.find(deployment()))["spec"]["template"]["spec"]
+    assert template["containers"][0]["image"] == "nginx:1.25"
     assert await run("rollout", "undo", "deploy/nginx", "--to-revision", "1") == (
         0,
         "deployment.apps/nginx skipped rollback (current template already matches revision 1)\n",
@@ -195,9 +175,10 @@ async def test_undo_restart_history(api: FakeApi, run: Any) -> None:
     req, body = api.bodies("PATCH")[-1]
     assert req.headers["content-type"] == "application/strategic-merge-patch+json"
     assert req.url.params["fieldManager"] == "kubectl-rollout"
-    assert (
-        "kubectl.kubernetes.io/restartedAt" in body["spec"]["template"]["metadata"]["annotations"]
-    )
+    restarted = "kubectl.kubernetes.io/restartedAt"
+    assert restarted in body["spec"]["template"]["metadata"]["annotations"]
+    stored = await api.find(deployment())
+    assert restarted in stored["spec"]["template"]["metadata"]["annotations"]
     assert await run("rollout", "undo", "pod/web") == (
         1,
         "",
@@ -206,23 +187,25 @@ async def test_undo_restart_history(api: FakeApi, run: Any) -> None:
 
 
 @LEFT_EARLY
-async def test_status_follows_the_watch(api: FakeApi, run: Any) -> None:
-    d = deployment()
-    d["metadata"]["generation"] = 1
-    d["status"] = {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 1}
-    api.add(d)
+async def test_status_follows_the_watch(api: CliApi, run: Run) -> None:
+    """No controllers run: the test writes the status a deployment controller would, one step
+    after each message."""
+    d = await api.add(deployment())
+    await api.patch_status(d, {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 1})
+    out = io.StringIO()
+    async with trio.open_nursery() as nursery:
 
-    def event(updated: int, available: int) -> bytes:
-        obj = json.loads(json.dumps(d))
-        obj["metadata"]["resourceVersion"] = str(500 + updated + available)
-        obj["status"].update(updatedReplicas=updated, availableReplicas=available)
-        return json.dumps({"type": "MODIFIED", "object": obj}).encode() + b"\n"
+        async def status() -> None:
+            result = await run("rollout", "status", "deployment/nginx", "--timeout", "1m", out=out)
+            assert result[0] == 0, result
 
-    never_sent = b'{"type":"MODIFIED","object":{}}\n'
-    api.watch_lines["deployments"] = [event(3, 1), event(3, 3), never_sent]
-    rc, out, _ = await run("rollout", "status", "deployment/nginx", "--timeout", "1m")
-    assert rc == 0
-    assert out.splitlines() == [
+        nursery.start_soon(status)
+        with trio.fail_after(20):
+            await until_printed(out, "1 out of 3 new replicas have been updated")
+            await api.patch_status(d, {"updatedReplicas": 3, "availableReplicas": 1})
+            await until_printed(out, "1 of 3 updated replicas are available")
+            await api.patch_status(d, {"availableReplicas": 3})
+    assert out.getvalue().splitlines() == [
         'Waiting for deployment "nginx" rollout to finish: 1 out of 3 new replicas have been '
         "updated...",
         'Waiting for deployment "nginx" rollout to finish: 1 of 3 updated replicas are '
@@ -234,12 +217,9 @@ async def test_status_follows_the_watch(api: FakeApi, run: Any) -> None:
     assert q["watch"] == "true"
 
 
-async def test_status_times_out(api: FakeApi, run: Any, autojump_clock: Any) -> None:
-    d = deployment()
-    d["status"] = {"replicas": 3, "updatedReplicas": 0}
-    api.add(d)
-    api.watch_lines["deployments"] = []  # every watch ends at once: re-watch until the timeout
-
-    rc, _, err = await run("rollout", "status", "deployment/nginx", "--timeout", "2s")
+async def test_status_times_out(api: CliApi, run: Run) -> None:
+    d = await api.add(deployment())
+    await api.patch_status(d, {"replicas": 3, "updatedReplicas": 0})
+    rc, _, err = await run("rollout", "status", "deployment/nginx", "--timeout", "1s")
     assert rc == 1
     assert err == "error: timed out waiting for the condition\n"

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from cri import containerd_env
 
-from orchestrator.testing.containerd import ContainerdError, ContainerdInstance, _fields, _varint
+from orchestrator.testing.containerd import ContainerdError, ContainerdInstance
+from orchestrator.testing.crisweep import fields, varint
 from orchestrator.testing.images import (
     APP_IMAGE,
     BUSYBOX,
@@ -87,12 +88,12 @@ def test_pause_image_cmd_and_tag_required(tmp_path: Path) -> None:
 
 def test_protobuf_helpers_round_trip() -> None:
     sandbox_id = "a" * 200
-    item = b"\x0a" + _varint(len(sandbox_id)) + sandbox_id.encode() + b"\x10" + _varint(300)
-    response = b"\x0a" + _varint(len(item)) + item
-    ((number, value),) = _fields(response)
+    item = b"\x0a" + varint(len(sandbox_id)) + sandbox_id.encode() + b"\x10" + varint(300)
+    response = b"\x0a" + varint(len(item)) + item
+    ((number, value),) = fields(response)
     assert number == 1
     assert isinstance(value, bytes)
-    assert dict(_fields(value)) == {1: sandbox_id.encode(), 2: 300}
+    assert dict(fields(value)) == {1: sandbox_id.encode(), 2: 300}
 
 
 @pytest.mark.slow

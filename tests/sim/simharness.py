@@ -8,27 +8,22 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-from api.apiharness import Harness, api_server
 
 from orchestrator.apiserver.resources import Api
-from orchestrator.security.authn import User
+from orchestrator.testing.apiserver import ADMIN, Harness, api_server
 
-ADMIN = User("admin", ("system:masters", "system:authenticated"))
+__all__ = ["ADMIN", "api_of", "sim_api_server", "until", "until_async"]
 
 
 @asynccontextmanager
 async def sim_api_server() -> AsyncIterator[Harness]:
     async with api_server() as h:
-        with trio.fail_after(30):  # the server creates its system namespaces just after start
-            url = "/api/v1/namespaces/kube-node-lease"
-            while (await h.client.get(url)).status_code != 200:  # noqa: ASYNC110  (polling)
-                await trio.sleep(0.02)
+        await h.wait_namespace("kube-node-lease")
         yield h
 
 
 def api_of(h: Harness) -> Api:
-    assert h.server.api is not None
-    return h.server.api.api
+    return h.api
 
 
 async def until(predicate: Callable[[], Any]) -> None:

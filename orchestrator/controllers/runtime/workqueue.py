@@ -28,13 +28,13 @@ The promises (client-go `doc.go`), kept by `QueueCore`:
   items already queued, then `get` raises `QueueShutDown`. `shutdown_with_drain` also waits
   until no item is being processed.
 
-Split (STYLE.md §1): `QueueCore` holds all bookkeeping and takes `now` as an argument — no trio,
-no clock, deterministic, tested exhaustively and against a model. `WorkQueue` is the thin trio
-driver: it reads the clock, parks getters (`get`) and drainers, and its `run()` task sleeps
-until the earliest delayed item is due (the sleep's deadline is moved earlier when an earlier
-item arrives: no polling), then releases it into the queue. Without `run()` delayed items never
-become ready. Given a metrics `Registry`, the queue maintains client-go's `workqueue_*` metrics
-(labelled with its name) through the core's `QueueObserver` hooks.
+Split into a pure core and a thin driver: `QueueCore` holds all bookkeeping and takes `now` as an
+argument — no trio, no clock, deterministic, tested exhaustively and against a model. `WorkQueue`
+is the thin trio driver: it reads the clock, parks getters (`get`) and drainers, and its `run()`
+task sleeps until the earliest delayed item is due (the sleep's deadline is moved earlier when an
+earlier item arrives: no polling), then releases it into the queue. Without `run()` delayed items
+never become ready. Given a metrics `Registry`, the queue maintains client-go's `workqueue_*`
+metrics (labelled with its name) through the core's `QueueObserver` hooks.
 """
 
 from __future__ import annotations
