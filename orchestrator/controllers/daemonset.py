@@ -103,9 +103,9 @@ from orchestrator.controllers.runtime.informer import (
     SharedInformer,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
+from orchestrator.metrics import REGISTRY, Registry
 from orchestrator.scheduler import NodeInfo, PodInfo
 from orchestrator.scheduler.info import tolerates
 

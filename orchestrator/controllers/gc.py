@@ -60,11 +60,11 @@ from orchestrator.controllers.runtime.informer import (
     SharedInformer,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.kind import Kind
 from orchestrator.kube.schema.kind import Registry as KindRegistry
+from orchestrator.metrics import REGISTRY, Registry
 
 __all__ = [
     "FOREGROUND",

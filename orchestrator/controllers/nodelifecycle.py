@@ -67,10 +67,10 @@ from orchestrator.controllers.runtime.informer import (
     object_key,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339, parse_rfc3339
+from orchestrator.metrics import REGISTRY, Registry
 
 __all__ = [
     "NOT_READY_TAINT",

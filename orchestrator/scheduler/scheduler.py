@@ -62,9 +62,9 @@ from orchestrator.controllers.runtime.informer import (
     deleted_object,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
+from orchestrator.metrics import REGISTRY, Registry
 from orchestrator.scheduler.cache import SchedulerCache
 from orchestrator.scheduler.framework import DEFAULT_FRAMEWORK, Framework
 from orchestrator.scheduler.info import PodInfo

@@ -17,8 +17,8 @@ from orchestrator.apiserver.server import ApiOptions
 from orchestrator.client import NAMESPACES, ResourceInfo
 from orchestrator.controllers.runtime.client import InProcessClient
 from orchestrator.controllers.runtime.manager import Component, ControllerContext, ControllerManager
-from orchestrator.controllers.runtime.metrics import Registry
 from orchestrator.kube.errors import ApiError
+from orchestrator.metrics import Registry
 from orchestrator.raft.node import NodeConfig
 from orchestrator.security.authn import User
 from orchestrator.server import Server, ServerOptions

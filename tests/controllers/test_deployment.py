@@ -38,7 +38,7 @@ from orchestrator.controllers.runtime.client import (
     InProcessClient,
 )
 from orchestrator.controllers.runtime.informer import SharedInformer
-from orchestrator.controllers.runtime.metrics import Registry
+from orchestrator.metrics import Registry
 
 Obj = dict[str, Any]
 NS = "default"

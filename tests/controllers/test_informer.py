@@ -29,7 +29,7 @@ from orchestrator.controllers.runtime.informer import (
     SharedInformer,
     deleted_object,
 )
-from orchestrator.controllers.runtime.metrics import Registry
+from orchestrator.metrics import Registry
 from orchestrator.security.authn import User
 
 CONTROLLER = User("system:kube-controller-manager", ("system:authenticated",))

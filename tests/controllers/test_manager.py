@@ -16,7 +16,7 @@ from orchestrator.controllers.registry import default_controllers
 from orchestrator.controllers.runtime.client import CONFIGMAPS
 from orchestrator.controllers.runtime.controller import Controller, Result
 from orchestrator.controllers.runtime.manager import ControllerContext, ControllerManager
-from orchestrator.controllers.runtime.metrics import Registry
+from orchestrator.metrics import Registry
 
 Obj = dict[str, Any]
 

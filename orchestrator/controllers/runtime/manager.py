@@ -39,7 +39,7 @@ from orchestrator.apiserver.resources import Api
 from orchestrator.controllers.runtime.client import InProcessClient
 from orchestrator.controllers.runtime.events import EventRecorder
 from orchestrator.controllers.runtime.informer import InformerFactory
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.metrics import REGISTRY, Registry
 from orchestrator.security.authn import User
 
 if TYPE_CHECKING:
