@@ -75,7 +75,9 @@ async def controller_server(
                 await nursery.start(server.run)
             assert server.api is not None
             client = InProcessClient(server.api.api, ADMIN, field_manager="test")
-            manager = ControllerManager(server, factory, metrics=Registry())
+            manager = ControllerManager(
+                server.api.api, factory, leadership=server.node, metrics=Registry()
+            )
             env = Env(server, manager, client)
             with trio.fail_after(30):
                 for ns in ("default", "kube-node-lease"):
