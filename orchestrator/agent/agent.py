@@ -53,8 +53,8 @@ from orchestrator.agent.podworker import (
     referenced_objects,
 )
 from orchestrator.client.resource import PODS, ResourceInfo
-from orchestrator.controllers.runtime.client import CONFIGMAPS, Client
-from orchestrator.controllers.runtime.events import EventRecorder
+from orchestrator.controllers.runtime import Client, EventRecorder
+from orchestrator.controllers.runtime.client import CONFIGMAPS
 from orchestrator.cri.runtime import CriError, RuntimeService
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj

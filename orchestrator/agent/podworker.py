@@ -73,7 +73,7 @@ import trio
 
 from orchestrator.agent.localstore import LocalStore
 from orchestrator.client.resource import PODS
-from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime import Client
 from orchestrator.cri.runtime import (
     ContainerConfig,
     ContainerState,

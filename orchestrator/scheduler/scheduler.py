@@ -53,15 +53,15 @@ from typing import Final
 import trio
 
 from orchestrator.client.resource import NODES, PODS
-from orchestrator.controllers.runtime.client import Client
-from orchestrator.controllers.runtime.events import EventRecorder
-from orchestrator.controllers.runtime.informer import (
+from orchestrator.controllers.runtime import (
+    Client,
+    ControllerContext,
     DeletedFinalStateUnknown,
+    EventRecorder,
     InformerFactory,
     SharedInformer,
     deleted_object,
 )
-from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.metrics import REGISTRY, Registry

@@ -27,7 +27,12 @@ the submodules: they are the implementation and may move.
   `ControllerOptions`, `Component` (anything with `async run(*, task_status)`),
   `ControllersFactory`, `Leadership`, `CONTROLLER_MANAGER_USER`.
 
-Metrics go to a registry of `orchestrator.metrics` (`REGISTRY` unless one is given).
+So that a controller needs only this module, the face also re-exports what client-go's users
+take from its neighbours: `ResourceInfo` (names a resource, as a GroupVersionResource),
+`RestClient` and `load_kubeconfig` (the HTTPS transport under `HttpClient`, from
+`orchestrator.client`), `ApiError` (every failure, `exc.code` 404, 409, ...) and `Obj` (an
+object: a JSON dict). Metrics go to a registry of `orchestrator.metrics` (`REGISTRY` unless one
+is given).
 
 The names are loaded on first use (PEP 562 `__getattr__`), each from its submodule: an agent
 that only speaks HTTPS imports the client and the events recorder, never the in-process client
@@ -42,6 +47,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from orchestrator.client.config import load_kubeconfig as load_kubeconfig
+    from orchestrator.client.resource import ResourceInfo as ResourceInfo
+    from orchestrator.client.rest import RestClient as RestClient
     from orchestrator.controllers.runtime.client import Client as Client
     from orchestrator.controllers.runtime.client import HttpClient as HttpClient
     from orchestrator.controllers.runtime.client import WatchEvent as WatchEvent
@@ -91,14 +99,22 @@ if TYPE_CHECKING:
     from orchestrator.controllers.runtime.workqueue import QueueShutDown as QueueShutDown
     from orchestrator.controllers.runtime.workqueue import QueueStatistics as QueueStatistics
     from orchestrator.controllers.runtime.workqueue import WorkQueue as WorkQueue
+    from orchestrator.kube.errors import ApiError as ApiError
+    from orchestrator.kube.objects import Obj as Obj
 
-_SUBMODULE_OF: dict[str, str] = {
-    **dict.fromkeys(("Client", "HttpClient", "WatchEvent", "WatchStream"), "client"),
+_RUNTIME = "orchestrator.controllers.runtime."
+_MODULE_OF: dict[str, str] = {
+    "load_kubeconfig": "orchestrator.client.config",
+    "ResourceInfo": "orchestrator.client.resource",
+    "RestClient": "orchestrator.client.rest",
+    "ApiError": "orchestrator.kube.errors",
+    "Obj": "orchestrator.kube.objects",
+    **dict.fromkeys(("Client", "HttpClient", "WatchEvent", "WatchStream"), _RUNTIME + "client"),
     **dict.fromkeys(
         ("Controller", "KeyFn", "Reconciler", "Result", "TerminalError", "enqueue_owner"),
-        "controller",
+        _RUNTIME + "controller",
     ),
-    "EventRecorder": "events",
+    "EventRecorder": _RUNTIME + "events",
     **dict.fromkeys(
         (
             "LABEL_INDEX",
@@ -112,9 +128,9 @@ _SUBMODULE_OF: dict[str, str] = {
             "deleted_object",
             "object_key",
         ),
-        "informer",
+        _RUNTIME + "informer",
     ),
-    "InProcessClient": "inprocess",
+    "InProcessClient": _RUNTIME + "inprocess",
     **dict.fromkeys(
         (
             "CONTROLLER_MANAGER_USER",
@@ -125,7 +141,7 @@ _SUBMODULE_OF: dict[str, str] = {
             "ControllersFactory",
             "Leadership",
         ),
-        "manager",
+        _RUNTIME + "manager",
     ),
     **dict.fromkeys(
         (
@@ -137,23 +153,23 @@ _SUBMODULE_OF: dict[str, str] = {
             "WithMaxWait",
             "default_controller_rate_limiter",
         ),
-        "ratelimit",
+        _RUNTIME + "ratelimit",
     ),
     **dict.fromkeys(
         ("QueueCore", "QueueObserver", "QueueShutDown", "QueueStatistics", "WorkQueue"),
-        "workqueue",
+        _RUNTIME + "workqueue",
     ),
 }
 
-__all__ = sorted(_SUBMODULE_OF)
+__all__ = sorted(_MODULE_OF)
 
 
 def __getattr__(name: str) -> Any:
-    """Load `name` from its submodule on first use, then keep it as a module attribute."""
-    submodule = _SUBMODULE_OF.get(name)
-    if submodule is None:
+    """Load `name` from its module on first use, then keep it as a module attribute."""
+    module = _MODULE_OF.get(name)
+    if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{submodule}"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
