@@ -269,7 +269,7 @@ def main(args: argparse.Namespace) -> int:
         )
     from orchestrator.agent.service import AgentConfig, default_node_name
     from orchestrator.apiserver.server import ApiOptions, split_host_port
-    from orchestrator.controllers.runtime.manager import ControllerOptions
+    from orchestrator.controllers.runtime import ControllerOptions
 
     serve_api = args.listen.lower() not in ("", "none")
     if serve_api:
