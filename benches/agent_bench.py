@@ -53,8 +53,9 @@ from benchlib import cluster_lib, percentile  # noqa: E402  (path set above)
 from e2e.kubectlrun import wait_api_ready  # noqa: E402  (tests/ on the path)
 
 from orchestrator.client.config import load_kubeconfig  # noqa: E402
+from orchestrator.client.resource import NODES, PODS  # noqa: E402
 from orchestrator.client.rest import RestClient  # noqa: E402
-from orchestrator.controllers.runtime.client import NODES, PODS, HttpClient  # noqa: E402
+from orchestrator.controllers.runtime import HttpClient  # noqa: E402
 from orchestrator.kube.errors import ApiError  # noqa: E402
 from orchestrator.testing.containerd import (  # noqa: E402
     ContainerdError,

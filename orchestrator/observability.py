@@ -41,7 +41,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.controllers.runtime.metrics import REGISTRY, Histogram, HistogramChild
+from orchestrator.metrics import REGISTRY, Histogram, HistogramChild
 
 if TYPE_CHECKING:
     from orchestrator.store.mvcc import MVCCStore

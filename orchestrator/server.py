@@ -43,10 +43,10 @@ import trio
 
 from orchestrator.agent.service import AgentConfig, run_embedded
 from orchestrator.apiserver.server import DRAIN_TIMEOUT, ApiOptions, ApiServer
+from orchestrator.assembly import controller_manager
 from orchestrator.cluster.apiendpoints import ApiEndpointsPublisher
 from orchestrator.cluster.members import MemberDirectory, client_address
-from orchestrator.controllers.registry import default_controllers
-from orchestrator.controllers.runtime.manager import ControllerManager, ControllerOptions
+from orchestrator.controllers.runtime import ControllerManager, ControllerOptions
 from orchestrator.listenerrors import naming_listener
 from orchestrator.memory import trim_heap, trim_task
 from orchestrator.raft.node import NodeConfig, RaftError, RaftNode
@@ -160,9 +160,7 @@ class Server:
         self._api_users = trio.CancelScope()
         self._api_users_stopped = trio.Event()
         if self.api is not None and opts.controllers:
-            self.controllers = ControllerManager(
-                self, default_controllers, options=opts.controller_options
-            )
+            self.controllers = controller_manager(self.api.api, self.node, opts.controller_options)
 
     def _server_context(self) -> ssl.SSLContext:
         assert self._peer_server is not None, "Server.run prepares the PKI before serving"

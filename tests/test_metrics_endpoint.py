@@ -190,7 +190,7 @@ async def test_agent_metrics_pod_start_and_cri_calls() -> None:
 
 
 async def test_timed_runtime_times_calls_and_forwards_attributes() -> None:
-    from orchestrator.controllers.runtime.metrics import REGISTRY
+    from orchestrator.metrics import REGISTRY
 
     rt = SimulatedRuntime()
     timed: Any = TimedRuntime(rt)

@@ -1,5 +1,7 @@
 """An example of a user-written controller for a custom resource, on the orchestrator's runtime.
 
+It imports only the runtime's public face, `orchestrator.controllers.runtime`.
+
 For every Widget (crd.yaml) it keeps a ConfigMap `widget-<name>` holding the widget's size and
 color, owned by the Widget (so the garbage collector removes it with the Widget), and reports
 `status.ready` and `status.observedGeneration`. The reconcile function is level-based: it reads
@@ -21,12 +23,18 @@ from typing import Any
 
 import trio
 
-from orchestrator.client import RestClient, load_kubeconfig
-from orchestrator.client.resource import ResourceInfo
-from orchestrator.controllers.runtime.client import Client, HttpClient
-from orchestrator.controllers.runtime.controller import Controller, Result, enqueue_owner
-from orchestrator.controllers.runtime.informer import SharedInformer
-from orchestrator.kube.errors import ApiError
+from orchestrator.controllers.runtime import (
+    ApiError,
+    Client,
+    Controller,
+    HttpClient,
+    ResourceInfo,
+    RestClient,
+    Result,
+    SharedInformer,
+    enqueue_owner,
+    load_kubeconfig,
+)
 
 WIDGETS = ResourceInfo("example.com", "v1", "widgets", "Widget", namespaced=True)
 CONFIGMAPS = ResourceInfo("", "v1", "configmaps", "ConfigMap", namespaced=True)

@@ -18,7 +18,7 @@ from orchestrator.agent.podworker import PodWorker
 
 if TYPE_CHECKING:  # the embedded agent's: a standalone one (HTTPS only) never loads the API layers
     from orchestrator.apiserver.resources import Api
-    from orchestrator.controllers.runtime.inprocess import InProcessClient
+    from orchestrator.controllers.runtime import InProcessClient
 
 __all__ = [
     "FIELD_MANAGER",
@@ -41,7 +41,7 @@ FIELD_MANAGER = "kubelet"
 def node_client(api: Api, node_name: str, *, field_manager: str = FIELD_MANAGER) -> InProcessClient:
     """An in-process client acting as node `node_name` (system:node:<name>, system:nodes), so
     NodeRestriction applies to the embedded agent exactly as to a remote one."""
-    from orchestrator.controllers.runtime.inprocess import InProcessClient
+    from orchestrator.controllers.runtime import InProcessClient
     from orchestrator.security.authn import User
 
     user = User(f"system:node:{node_name}", ("system:nodes", "system:authenticated"))

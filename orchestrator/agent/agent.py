@@ -48,8 +48,8 @@ from orchestrator.agent.podcontext import WorkerContext, WorkerOptions
 from orchestrator.agent.podspec import LABEL_AGENT, LABEL_POD_UID, referenced_objects
 from orchestrator.agent.podworker import PodWorker
 from orchestrator.client.resource import PODS, ResourceInfo
-from orchestrator.controllers.runtime.client import CONFIGMAPS, Client
-from orchestrator.controllers.runtime.events import EventRecorder
+from orchestrator.controllers.runtime import Client, EventRecorder
+from orchestrator.controllers.runtime.client import CONFIGMAPS
 from orchestrator.cri.runtime import CriError, RuntimeService
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import trio
 
 from orchestrator.client.resource import LEASES, NODES
-from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime import Client
 from orchestrator.cri.runtime import CriError, RuntimeService, RuntimeStatus, RuntimeVersion
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj

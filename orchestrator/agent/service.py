@@ -425,7 +425,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     from orchestrator.agent.node import default_ip
     from orchestrator.agent.servingcert import ensure_serving_cert, node_addresses
     from orchestrator.client.rest import RestClient
-    from orchestrator.controllers.runtime.client import HttpClient
+    from orchestrator.controllers.runtime import HttpClient
     from orchestrator.security.renewal import CertRenewer
 
     name = args.node_name or default_node_name()

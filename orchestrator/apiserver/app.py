@@ -52,11 +52,11 @@ from orchestrator.apiserver.options import ListOptions, WatchOptions, WriteOptio
 from orchestrator.apiserver.request import Query, RequestInfo, parse_path
 from orchestrator.apiserver.resources import Api
 from orchestrator.apiserver.watch import open_watch
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube import errors
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.kind import Kind
+from orchestrator.metrics import REGISTRY, Registry
 from orchestrator.observability import API_WATCHERS, ApiRequestMetrics, api_verb
 from orchestrator.security.authn import User
 

@@ -64,7 +64,7 @@ from typing import Any
 from orchestrator.apiserver.app import Response
 from orchestrator.kube import errors
 from orchestrator.kube.schema.names import is_dns1123_subdomain
-from orchestrator.security.authn import User, _with_authenticated, bearer_token
+from orchestrator.security.authn import User, authenticated_user, bearer_token
 from orchestrator.security.authz import Attributes, authorize, node_name
 from orchestrator.security.clustertokens import USER_PREFIX, ClusterTokens, describe
 from orchestrator.security.jointoken import format_token
@@ -177,7 +177,7 @@ class OrchestratorRoutes:
         entry = await self.tokens.verify(token)
         if entry is None:
             raise errors.unauthorized("the join token is wrong, expired or revoked")
-        return _with_authenticated(entry.name, entry.groups)
+        return authenticated_user(entry.name, entry.groups)
 
     def _authorize_server(
         self, headers: Headers, authenticate: Callable[[], User], path: str

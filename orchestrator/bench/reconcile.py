@@ -44,7 +44,7 @@ import trio
 
 from orchestrator.apiserver.server import ApiOptions
 from orchestrator.client.resource import DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS
-from orchestrator.controllers.runtime.inprocess import InProcessClient
+from orchestrator.controllers.runtime import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.raft.node import NodeConfig

@@ -142,9 +142,9 @@ def plan(
     flags, token = extract_token(flags)
     if not _has_flag(flags, "--data-dir"):
         flags = ["--data-dir", default_data, *flags]
-    from orchestrator.cli.main import _build_parser
+    from orchestrator.cli.server import service_parser
 
-    check = _build_parser()  # the service's own parser: fail now, not at boot
+    check = service_parser()  # the service's own parser: fail now, not at boot
     try:
         check.parse_args([role, *flags, *(["--token", token] if token else [])])
     except SystemExit as exc:

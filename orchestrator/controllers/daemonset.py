@@ -103,11 +103,11 @@ from orchestrator.controllers.runtime.informer import (
     SharedInformer,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.controllers.writes import finish_sync
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.taints import tolerates
+from orchestrator.metrics import REGISTRY, Registry
 from orchestrator.scheduler import NodeInfo, PodInfo
 
 __all__ = [

@@ -40,9 +40,9 @@ from orchestrator.controllers.runtime.informer import (
     object_key,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
+from orchestrator.metrics import REGISTRY, Registry
 
 __all__ = ["EndpointsController", "desired_subsets", "endpoints_controller"]
 

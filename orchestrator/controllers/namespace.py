@@ -34,11 +34,11 @@ from orchestrator.controllers.runtime.client import Client
 from orchestrator.controllers.runtime.controller import Controller, Result
 from orchestrator.controllers.runtime.informer import InformerFactory
 from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.controllers.writes import update_retrying
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339
+from orchestrator.metrics import REGISTRY, Registry
 
 __all__ = ["KUBERNETES_FINALIZER", "NamespaceController", "namespace_controller"]
 

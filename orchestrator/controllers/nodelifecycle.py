@@ -67,13 +67,13 @@ from orchestrator.controllers.runtime.informer import (
     object_key,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.controllers.writes import update_retrying
 from orchestrator.kube.conditions import get_condition
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339, parse_rfc3339
 from orchestrator.kube.taints import tolerates_taint
+from orchestrator.metrics import REGISTRY, Registry
 
 __all__ = [
     "NOT_READY_TAINT",

@@ -75,10 +75,10 @@ from orchestrator.controllers.runtime.controller import Controller, Result, enqu
 from orchestrator.controllers.runtime.events import EventRecorder
 from orchestrator.controllers.runtime.informer import OWNER_INDEX, SharedInformer
 from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.controllers.writes import finish_sync
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
+from orchestrator.metrics import REGISTRY, Registry
 
 __all__ = [
     "POD_INDEX_LABEL",

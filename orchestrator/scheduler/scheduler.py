@@ -53,18 +53,18 @@ from typing import Final
 import trio
 
 from orchestrator.client.resource import NODES, PODS
-from orchestrator.controllers.runtime.client import Client
-from orchestrator.controllers.runtime.events import EventRecorder
-from orchestrator.controllers.runtime.informer import (
+from orchestrator.controllers.runtime import (
+    Client,
+    ControllerContext,
     DeletedFinalStateUnknown,
+    EventRecorder,
     InformerFactory,
     SharedInformer,
     deleted_object,
 )
-from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
+from orchestrator.metrics import REGISTRY, Registry
 from orchestrator.scheduler.cache import SchedulerCache
 from orchestrator.scheduler.framework import DEFAULT_FRAMEWORK, Framework
 from orchestrator.scheduler.info import PodInfo

@@ -44,7 +44,10 @@ class User:
         return group in self.groups
 
 
-def _with_authenticated(name: str, groups: Iterable[str]) -> User:
+def authenticated_user(name: str, groups: Iterable[str]) -> User:
+    """The user `name` with `groups` (deduplicated, order kept) and `system:authenticated`,
+    which every authenticated user has (module doc): for whoever turns a verified credential,
+    such as a join token, into a user."""
     gs = list(dict.fromkeys(groups))
     if AUTHENTICATED not in gs:
         gs.append(AUTHENTICATED)
@@ -98,7 +101,7 @@ def user_from_certificate(
     if not isinstance(name, str) or not name:
         return None
     groups = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
-    return _with_authenticated(name, groups)
+    return authenticated_user(name, groups)
 
 
 class TokenLookup(Protocol):
@@ -124,7 +127,7 @@ class Authenticator:
         if _authorization(headers) is not None:
             token = bearer_token(headers)
             entry = self.tokens.lookup(token) if token else None
-            return _with_authenticated(entry.name, entry.groups) if entry else None
+            return authenticated_user(entry.name, entry.groups) if entry else None
         if client_cert_der:
             now = dt.datetime.fromtimestamp(self.clock(), dt.UTC)
             return user_from_certificate(client_cert_der, self.ca_cert, now)

@@ -30,7 +30,7 @@ from orchestrator.agent.service import AgentConfig
 from orchestrator.apiserver.logproxy import kubelet_client_cert, kubelet_client_paths
 from orchestrator.cli import certs as certs_cli
 from orchestrator.cli.main import _build_parser
-from orchestrator.controllers.runtime.metrics import REGISTRY
+from orchestrator.metrics import REGISTRY
 from orchestrator.security.pki import ensure_pki, write_pair
 from orchestrator.security.renewal import (
     Action,

@@ -17,8 +17,8 @@ from orchestrator.apiserver.server import ApiOptions
 from orchestrator.client import NAMESPACES, ResourceInfo
 from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.controllers.runtime.manager import Component, ControllerContext, ControllerManager
-from orchestrator.controllers.runtime.metrics import Registry
 from orchestrator.kube.errors import ApiError
+from orchestrator.metrics import Registry
 from orchestrator.raft.node import NodeConfig
 from orchestrator.security.authn import User
 from orchestrator.server import Server, ServerOptions
@@ -75,7 +75,9 @@ async def controller_server(
                 await nursery.start(server.run)
             assert server.api is not None
             client = InProcessClient(server.api.api, ADMIN, field_manager="test")
-            manager = ControllerManager(server, factory, metrics=Registry())
+            manager = ControllerManager(
+                server.api.api, factory, leadership=server.node, metrics=Registry()
+            )
             env = Env(server, manager, client)
             with trio.fail_after(30):
                 for ns in ("default", "kube-node-lease"):

@@ -23,9 +23,9 @@ from orchestrator.controllers.runtime.controller import (
 from orchestrator.controllers.runtime.events import EventRecorder
 from orchestrator.controllers.runtime.informer import SharedInformer
 from orchestrator.controllers.runtime.inprocess import InProcessClient
-from orchestrator.controllers.runtime.metrics import Registry
 from orchestrator.controllers.runtime.ratelimit import ItemExponential
 from orchestrator.kube.errors import ApiError
+from orchestrator.metrics import Registry
 from orchestrator.security.authn import User
 
 CONTROLLER = User("system:kube-controller-manager", ("system:authenticated",))

@@ -33,7 +33,7 @@ from orchestrator.controllers.podutil import POD_TEMPLATE_HASH_LABEL
 from orchestrator.controllers.runtime.client import DEPLOYMENTS, EVENTS, PODS, REPLICASETS
 from orchestrator.controllers.runtime.informer import SharedInformer
 from orchestrator.controllers.runtime.inprocess import InProcessClient
-from orchestrator.controllers.runtime.metrics import Registry
+from orchestrator.metrics import Registry
 
 Obj = dict[str, Any]
 NS = "default"

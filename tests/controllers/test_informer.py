@@ -24,7 +24,7 @@ from orchestrator.controllers.runtime.informer import (
     deleted_object,
 )
 from orchestrator.controllers.runtime.inprocess import InProcessClient
-from orchestrator.controllers.runtime.metrics import Registry
+from orchestrator.metrics import Registry
 from orchestrator.security.authn import User
 
 CONTROLLER = User("system:kube-controller-manager", ("system:authenticated",))

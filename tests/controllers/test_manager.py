@@ -11,12 +11,12 @@ import trio
 import trio.testing
 from api.apiharness import Harness, api_server
 
+from orchestrator.assembly import default_controllers
 from orchestrator.cli.main import _build_parser
-from orchestrator.controllers.registry import default_controllers
 from orchestrator.controllers.runtime.client import CONFIGMAPS
 from orchestrator.controllers.runtime.controller import Controller, Result
 from orchestrator.controllers.runtime.manager import ControllerContext, ControllerManager
-from orchestrator.controllers.runtime.metrics import Registry
+from orchestrator.metrics import Registry
 
 Obj = dict[str, Any]
 
@@ -95,6 +95,11 @@ async def test_controllers_follow_leadership(h: Harness) -> None:
             leadership.set(True, 1)
             await until(lambda: manager.term == 1 and bool(manager.controllers))
             first = manager.controllers[0]
+            # Running, not just built: a controller stopped while its caches sync never
+            # reaches the `try` that shuts its queue down.
+            informer = built[0].informers.informer(CONFIGMAPS, "default")
+            await until(lambda: informer.has_synced)
+            await trio.testing.wait_all_tasks_blocked()
             assert manager.informers is built[0].informers  # shared with in-process observers
             assert 'leader_election_master_status{name="controller-manager"} 1' in reg.render()
 
@@ -118,7 +123,10 @@ async def test_server_runs_fenced_controllers_as_leader(h: Harness) -> None:
     assert h.server.controllers.factory is default_controllers
     node = h.server.node
     built: list[ControllerContext] = []
-    manager = ControllerManager(h.server, stamping(built), metrics=Registry())
+    assert h.server.api is not None
+    manager = ControllerManager(
+        h.server.api.api, stamping(built), leadership=node, metrics=Registry()
+    )
     with trio.fail_after(30):
         own = h.server.controllers  # the server's manager leads too
         await until(lambda: own.term is not None)

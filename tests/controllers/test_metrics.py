@@ -7,14 +7,13 @@ import re
 
 import pytest
 
-from orchestrator.controllers.runtime.metrics import (
+from orchestrator.controllers.runtime.metrics import WORKQUEUE_DURATION_BUCKETS, WorkqueueMetrics
+from orchestrator.metrics import (
     REGISTRY,
-    WORKQUEUE_DURATION_BUCKETS,
     Counter,
     Gauge,
     Histogram,
     Registry,
-    WorkqueueMetrics,
     escape_label_value,
     format_value,
 )

@@ -13,7 +13,6 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from orchestrator.controllers.runtime.metrics import Registry
 from orchestrator.controllers.runtime.ratelimit import (
     ItemExponential,
     ItemFastSlow,
@@ -25,6 +24,7 @@ from orchestrator.controllers.runtime.workqueue import (
     QueueStatistics,
     WorkQueue,
 )
+from orchestrator.metrics import Registry
 
 
 def drain_core(core: QueueCore[str], now: float = 0.0) -> list[str]:

@@ -18,7 +18,7 @@ from sim.simharness import ADMIN, api_of, sim_api_server, until, until_async
 
 from orchestrator.controllers.runtime.client import EVENTS, PODS
 from orchestrator.controllers.runtime.inprocess import InProcessClient
-from orchestrator.controllers.runtime.metrics import Registry
+from orchestrator.metrics import Registry
 from orchestrator.scheduler.quantity import parse_cpu_milli
 from orchestrator.scheduler.scheduler import Scheduler
 from orchestrator.security.authn import User

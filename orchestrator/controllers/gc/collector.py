@@ -27,10 +27,10 @@ from orchestrator.controllers.runtime.client import Client
 from orchestrator.controllers.runtime.controller import Controller, Result
 from orchestrator.controllers.runtime.informer import InformerFactory, SharedInformer
 from orchestrator.controllers.runtime.manager import ControllerContext
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.controllers.writes import update_retrying
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
+from orchestrator.metrics import REGISTRY, Registry
 
 log = logging.getLogger(__name__)
 

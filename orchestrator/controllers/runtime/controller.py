@@ -42,10 +42,10 @@ from orchestrator.controllers.runtime.informer import (
     deleted_object,
     object_key,
 )
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.controllers.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
 from orchestrator.controllers.runtime.workqueue import QueueShutDown, WorkQueue
 from orchestrator.kube.objects import Obj
+from orchestrator.metrics import REGISTRY, Registry
 
 __all__ = [
     "Controller",

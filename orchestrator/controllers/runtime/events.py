@@ -30,10 +30,10 @@ import trio
 
 from orchestrator.client import EVENTS
 from orchestrator.controllers.runtime.client import Client
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339
+from orchestrator.metrics import REGISTRY, Registry
 
 __all__ = ["DEDUP_WINDOW", "EventRecorder"]
 

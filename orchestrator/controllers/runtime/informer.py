@@ -48,9 +48,9 @@ import trio
 
 from orchestrator.client import ResourceInfo
 from orchestrator.controllers.runtime.client import Client
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
+from orchestrator.metrics import REGISTRY, Registry
 
 __all__ = [
     "LABEL_INDEX",

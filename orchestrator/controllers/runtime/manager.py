@@ -7,7 +7,7 @@ The manager watches this server's Raft role (`RaftNode.leadership()` and
 server becomes leader in term T it opens a nursery and, in it, builds a fresh world for that
 term: an `InProcessClient` whose writes are fenced to T, an `InformerFactory`, an
 `EventRecorder`, and the controllers returned by `controllers_factory(ctx)`
-(`orchestrator.controllers.registry.default_controllers` in the server). It starts the
+(`orchestrator.assembly.default_controllers` in the server). It starts the
 informers, the recorder and every controller. When the role or term changes in any way, the
 nursery is cancelled: informers, queues and workers stop; nothing survives into the next term
 (caches are rebuilt from a LIST, as a newly elected kube-controller-manager does).
@@ -39,11 +39,11 @@ from orchestrator.apiserver.resources import Api
 from orchestrator.controllers.runtime.events import EventRecorder
 from orchestrator.controllers.runtime.informer import InformerFactory
 from orchestrator.controllers.runtime.inprocess import InProcessClient
-from orchestrator.controllers.runtime.metrics import REGISTRY, Registry
+from orchestrator.metrics import REGISTRY, Registry
 from orchestrator.security.authn import User
 
 if TYPE_CHECKING:
-    from orchestrator.server import Server
+    from orchestrator.apiserver.resources import Api
 
 __all__ = [
     "CONTROLLER_MANAGER_USER",
@@ -122,12 +122,13 @@ ControllersFactory = Callable[[ControllerContext], Sequence[Component]]
 class ControllerManager:
     """Runs `controllers_factory(ctx)`'s controllers while this server leads (see module doc).
 
-    `server_or_api`: a `Server` (its Raft node is the leadership, its API the client's target)
-    or an `Api`, with `leadership` given (default: `AlwaysLeader`, no fencing)."""
+    `api`: the API the controllers' in-process client calls. `leadership`: the server's Raft
+    node (the controllers' writes are then fenced to the term they run for); without it,
+    `AlwaysLeader` and no fencing (tests, an `Api` on its own)."""
 
     def __init__(
         self,
-        server_or_api: Server | Api,
+        api: Api,
         controllers_factory: ControllersFactory,
         *,
         leadership: Leadership | None = None,
@@ -138,23 +139,14 @@ class ControllerManager:
         options: ControllerOptions | None = None,
     ) -> None:
         self.options = options or ControllerOptions()
-        fence = True
-        if isinstance(server_or_api, Api):
-            self.api = server_or_api
-            if leadership is None:
-                leadership, fence = AlwaysLeader(), False
-        else:
-            if server_or_api.api is None:
-                raise ValueError("the controller manager needs a server with the API")
-            self.api = server_or_api.api.api
-            leadership = leadership or server_or_api.node
-        self.leadership: Leadership = leadership
+        self.api = api
+        self._fence = leadership is not None
+        self.leadership: Leadership = AlwaysLeader() if leadership is None else leadership
         self.factory = controllers_factory
         self.user = user
         self.host = host
         self.metrics = metrics
         self.resync = resync
-        self._fence = fence
         self.term: int | None = None  # the term controllers run for, None when not running
         self.terms_led: list[int] = []
         self.controllers: list[Component] = []

@@ -49,8 +49,9 @@ from typing import Generic, Protocol, TypeVar
 
 import trio
 
-from orchestrator.controllers.runtime.metrics import Registry, WorkqueueMetrics
+from orchestrator.controllers.runtime.metrics import WorkqueueMetrics
 from orchestrator.controllers.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
+from orchestrator.metrics import Registry
 
 __all__ = [
     "QueueCore",
