@@ -25,7 +25,7 @@ from orchestrator.security.peercerts import (
     peer_server_context,
     server_node_id,
 )
-from orchestrator.security.pki import Pki, _cert_pem, _key_pem, _load_ca, issue_client_cert
+from orchestrator.security.pki import Pki, cert_to_pem, issue_client_cert, key_to_pem, load_ca
 from orchestrator.store.client import client_context as _client_context
 from orchestrator.store.service import ServiceTLS
 
@@ -36,7 +36,7 @@ OTHER_TOKEN = "another-cluster-token-9876543210"
 @cache
 def _ca_pems(token: str) -> tuple[bytes, bytes]:
     cert, key = derive_ca(token)
-    return _cert_pem(cert), _key_pem(key)
+    return cert_to_pem(cert), key_to_pem(key)
 
 
 def server_pki(data_dir: Path, node_id: int, token: str = TOKEN) -> PeerPki:
@@ -56,7 +56,7 @@ def server_pki(data_dir: Path, node_id: int, token: str = TOKEN) -> PeerPki:
 def issue(data_dir: Path, name: str, cn: str, orgs: list[str]) -> tuple[Path, Path]:
     """A client certificate (CN, O) from data_dir's CA, written as `pki/<name>.crt|key`."""
     p = PeerPki.of(data_dir)
-    ca_cert, ca_key = _load_ca(p.dir)
+    ca_cert, ca_key = load_ca(p.dir)
     # issue_client_cert needs a Pki; the serving certificate is not used for it.
     crt, key = issue_client_cert(Pki(p.dir, ca_cert, ca_key, ca_cert), cn, orgs)
     cert_path, key_path = p.dir / f"{name}.crt", p.dir / f"{name}.key"

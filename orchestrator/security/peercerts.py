@@ -56,19 +56,20 @@ from orchestrator.security.pki import (
     LEAF_DAYS,
     RENEW_BEFORE,
     PkiError,
-    _cert_pem,
-    _cert_sans,
-    _general_name,
-    _key_pem,
-    _name,
-    _new_ca,
-    _new_key,
-    _san_key,
     atomic_write,
+    cert_sans,
+    cert_to_pem,
     default_sans,
+    general_name,
+    key_to_pem,
+    load_ca,
+    new_ca,
+    new_key,
     pair_lock,
+    san_key,
     signed_by,
     write_pair,
+    x509_name,
 )
 
 __all__ = [
@@ -131,7 +132,7 @@ def derive_ca(token: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     serial = int.from_bytes(hashlib.sha256(spki).digest()[:16], "big") >> 1 or 1
-    name = _name(CA_COMMON_NAME)
+    name = x509_name(CA_COMMON_NAME)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -185,9 +186,9 @@ def ensure_cluster_ca(data_dir: Path, token: str) -> bool:
             )
         return False
     pki_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    cert, key = derive_ca(token) if token else _new_ca(_now())
-    atomic_write(key_path, _key_pem(key), 0o600)
-    atomic_write(crt, _cert_pem(cert), 0o644)
+    cert, key = derive_ca(token) if token else new_ca(_now())
+    atomic_write(key_path, key_to_pem(key), 0o600)
+    atomic_write(crt, cert_to_pem(cert), 0o644)
     return True
 
 
@@ -242,9 +243,7 @@ class PeerPki:
 
 
 def _load_ca(p: PeerPki) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    from orchestrator.security.pki import _load_ca as load
-
-    return load(p.dir)
+    return load_ca(p.dir)
 
 
 def peer_hosts(addresses: list[str]) -> list[str]:
@@ -261,7 +260,7 @@ def peer_hosts(addresses: list[str]) -> list[str]:
 
 
 def _peer_names(hosts: list[str]) -> list[x509.GeneralName]:
-    return [_general_name(s) for s in dict.fromkeys([*default_sans(), *hosts]) if s]
+    return [general_name(s) for s in dict.fromkeys([*default_sans(), *hosts]) if s]
 
 
 def _issue(
@@ -272,7 +271,7 @@ def _issue(
     now: dt.datetime,
     sans: list[x509.GeneralName] | None,
 ) -> tuple[bytes, bytes]:
-    key = _new_key()
+    key = new_key()
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -304,7 +303,7 @@ def _issue(
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return _cert_pem(builder.sign(ca_key, hashes.SHA256())), _key_pem(key)
+    return cert_to_pem(builder.sign(ca_key, hashes.SHA256())), key_to_pem(key)
 
 
 def _current(cert_path: Path, key_path: Path) -> x509.Certificate | None:
@@ -326,7 +325,7 @@ def _fresh(cert: x509.Certificate, ca_cert: x509.Certificate, now: dt.datetime) 
 
 
 def peer_subject(node_id: int) -> x509.Name:
-    return _name(f"{SERVER_CN_PREFIX}{node_id}", [SERVERS_GROUP])
+    return x509_name(f"{SERVER_CN_PREFIX}{node_id}", [SERVERS_GROUP])
 
 
 def issue_peer_cert(
@@ -343,7 +342,7 @@ def issue_peer_cert(
     ca_cert, ca_key = _load_ca(p)
     if hosts is None:
         current = _current(p.peer_cert, p.peer_key)
-        names = (_cert_sans(current) if current is not None else []) or _peer_names([])
+        names = (cert_sans(current) if current is not None else []) or _peer_names([])
     else:
         names = _peer_names(hosts)
     usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
@@ -368,7 +367,7 @@ def ensure_peer_cert(
         cert is not None
         and _fresh(cert, ca_cert, now)
         and cert.subject == peer_subject(node_id)
-        and _san_key(_cert_sans(cert)) == _san_key(_peer_names(hosts))
+        and san_key(cert_sans(cert)) == san_key(_peer_names(hosts))
     ):
         return False
     issue_peer_cert(data_dir, node_id, hosts, now=now)
@@ -379,7 +378,7 @@ def issue_admin_cert(data_dir: str | os.PathLike[str], *, now: dt.datetime | Non
     """Issue `admin.crt`/`admin.key` now (CN admin, O system:masters, clientAuth). Blocking."""
     p = PeerPki.of(data_dir)
     ca_cert, ca_key = _load_ca(p)
-    subject = _name(ADMIN_CN, [ADMIN_GROUP])
+    subject = x509_name(ADMIN_CN, [ADMIN_GROUP])
     usages = [ExtendedKeyUsageOID.CLIENT_AUTH]
     cert, key = _issue(ca_cert, ca_key, subject, usages, now or _now(), None)
     write_pair(p.admin_cert, p.admin_key, cert, key)

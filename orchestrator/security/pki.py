@@ -14,6 +14,10 @@ certificate/key pair is written and read under its `pair_lock` (an flock beside 
 process (`certs rotate` while the server runs) never makes anyone read a new key with an old
 certificate.
 
+The building blocks (`new_key`, `new_ca`, `load_ca`, `x509_name`, `general_name`, `cert_sans`,
+`san_key`, `cert_to_pem`, `key_to_pem`) are public because `peercerts` issues the peer port's
+certificates from its own cluster CA with them.
+
 This is startup/CLI code: it does blocking file I/O; async callers run it in a worker thread.
 """
 
@@ -138,11 +142,11 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _new_key() -> ec.EllipticCurvePrivateKey:
+def new_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def key_to_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -150,19 +154,19 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _cert_pem(cert: x509.Certificate) -> bytes:
+def cert_to_pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def _name(common_name: str, organizations: list[str] | tuple[str, ...] = ()) -> x509.Name:
+def x509_name(common_name: str, organizations: list[str] | tuple[str, ...] = ()) -> x509.Name:
     attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
     attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
     return x509.Name(attrs)
 
 
-def _new_ca(now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = _new_key()
-    name = _name(CA_COMMON_NAME)
+def new_ca(now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = new_key()
+    name = x509_name(CA_COMMON_NAME)
     ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
     cert = (
         x509.CertificateBuilder()
@@ -203,7 +207,7 @@ def _leaf(
     sans: list[x509.GeneralName] | None = None,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """A leaf signed by the CA for a fresh key (returned with it)."""
-    key = _new_key()
+    key = new_key()
     cert = _leaf_for(ca_cert, ca_key, key.public_key(), subject, usage, now, days, sans)
     return cert, key
 
@@ -253,7 +257,7 @@ def _leaf_for(
     return builder.sign(ca_key, hashes.SHA256())
 
 
-def _general_name(san: str) -> x509.GeneralName:
+def general_name(san: str) -> x509.GeneralName:
     try:
         return x509.IPAddress(ipaddress.ip_address(san))
     except ValueError:
@@ -269,7 +273,7 @@ def default_sans() -> list[str]:
     return out
 
 
-def _san_key(names: list[x509.GeneralName]) -> frozenset[str]:
+def san_key(names: list[x509.GeneralName]) -> frozenset[str]:
     out: set[str] = set()
     for n in names:
         if isinstance(n, x509.IPAddress):
@@ -279,7 +283,7 @@ def _san_key(names: list[x509.GeneralName]) -> frozenset[str]:
     return frozenset(out)
 
 
-def _cert_sans(cert: x509.Certificate) -> list[x509.GeneralName]:
+def cert_sans(cert: x509.Certificate) -> list[x509.GeneralName]:
     try:
         ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     except x509.ExtensionNotFound:
@@ -301,7 +305,7 @@ def _serving_ok(
 ) -> bool:
     return (
         signed_by(cert, ca_cert)
-        and _san_key(_cert_sans(cert)) == wanted
+        and san_key(cert_sans(cert)) == wanted
         and cert.not_valid_after_utc - RENEW_BEFORE > now
         and cert.not_valid_before_utc <= now
     )
@@ -326,14 +330,14 @@ def ensure_pki(
                 f"{pki_dir}: found only one of ca.crt and ca.key; restore the other "
                 "(a new CA would invalidate every issued certificate)"
             )
-        ca_cert, ca_key = _load_ca(pki_dir)
+        ca_cert, ca_key = load_ca(pki_dir)
     else:
-        ca_cert, ca_key = _new_ca(now)
-        atomic_write(ca_key_path, _key_pem(ca_key), 0o600)
-        atomic_write(ca_crt, _cert_pem(ca_cert), 0o644)
+        ca_cert, ca_key = new_ca(now)
+        atomic_write(ca_key_path, key_to_pem(ca_key), 0o600)
+        atomic_write(ca_crt, cert_to_pem(ca_cert), 0o644)
 
     wanted_names = _serving_names(sans)
-    wanted = _san_key(wanted_names)
+    wanted = san_key(wanted_names)
     crt_path, key_path = pki_dir / "apiserver.crt", pki_dir / "apiserver.key"
     with pair_lock(crt_path, exclusive=True):
         serving: x509.Certificate | None = None
@@ -343,13 +347,13 @@ def ensure_pki(
                 serving = None
         if serving is None:
             serving, key = _serving_leaf(ca_cert, ca_key, wanted_names, now)
-            atomic_write(key_path, _key_pem(key), 0o600)
-            atomic_write(crt_path, _cert_pem(serving), 0o644)
+            atomic_write(key_path, key_to_pem(key), 0o600)
+            atomic_write(crt_path, cert_to_pem(serving), 0o644)
     return Pki(pki_dir, ca_cert, ca_key, serving)
 
 
 def _serving_names(sans: list[str]) -> list[x509.GeneralName]:
-    return [_general_name(s) for s in dict.fromkeys([*default_sans(), *sans]) if s]
+    return [general_name(s) for s in dict.fromkeys([*default_sans(), *sans]) if s]
 
 
 def _serving_leaf(
@@ -361,7 +365,7 @@ def _serving_leaf(
     return _leaf(
         ca_cert,
         ca_key,
-        _name(SERVING_COMMON_NAME),
+        x509_name(SERVING_COMMON_NAME),
         ExtendedKeyUsageOID.SERVER_AUTH,
         now,
         LEAF_DAYS,
@@ -369,7 +373,7 @@ def _serving_leaf(
     )
 
 
-def _load_ca(pki_dir: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def load_ca(pki_dir: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     ca_crt, ca_key_path = pki_dir / "ca.crt", pki_dir / "ca.key"
     try:
         ca_cert = x509.load_pem_x509_certificate(ca_crt.read_bytes())
@@ -399,7 +403,7 @@ def load_pki(data_dir: str | os.PathLike[str]) -> Pki:
             f"{pki_dir}: no ca.key, so no certificate can be issued; restore it from a backup "
             "or another server's DATA_DIR/pki/ (a new CA would invalidate every kubeconfig)"
         )
-    ca_cert, ca_key = _load_ca(pki_dir)
+    ca_cert, ca_key = load_ca(pki_dir)
     try:  # a certificate file is replaced atomically: no need for the pair's lock
         serving = x509.load_pem_x509_certificate((pki_dir / "apiserver.crt").read_bytes())
     except ValueError as exc:
@@ -420,13 +424,13 @@ def renew_serving_cert(
             names = _serving_names(sans)
         else:
             try:
-                names = _cert_sans(x509.load_pem_x509_certificate(crt_path.read_bytes()))
+                names = cert_sans(x509.load_pem_x509_certificate(crt_path.read_bytes()))
             except (OSError, ValueError):
                 names = []
             names = names or _serving_names([])
         cert, key = _serving_leaf(pki.ca_cert, pki.ca_key, names, now)
-        atomic_write(key_path, _key_pem(key), 0o600)
-        atomic_write(crt_path, _cert_pem(cert), 0o644)
+        atomic_write(key_path, key_to_pem(key), 0o600)
+        atomic_write(crt_path, cert_to_pem(cert), 0o644)
     return cert
 
 
@@ -442,12 +446,12 @@ def issue_client_cert(
     cert, key = _leaf(
         pki.ca_cert,
         pki.ca_key,
-        _name(common_name, organizations),
+        x509_name(common_name, organizations),
         ExtendedKeyUsageOID.CLIENT_AUTH,
         now or _now(),
         days,
     )
-    return _cert_pem(cert), _key_pem(key)
+    return cert_to_pem(cert), key_to_pem(key)
 
 
 def issue_serving_cert(
@@ -460,17 +464,17 @@ def issue_serving_cert(
 ) -> tuple[bytes, bytes]:
     """A server certificate for another component (a node agent's log endpoint) and its key,
     both PEM, for `default_sans()` plus `sans` (IP addresses or DNS names). Nothing is stored."""
-    names = [_general_name(s) for s in dict.fromkeys([*default_sans(), *sans]) if s]
+    names = [general_name(s) for s in dict.fromkeys([*default_sans(), *sans]) if s]
     cert, key = _leaf(
         pki.ca_cert,
         pki.ca_key,
-        _name(common_name),
+        x509_name(common_name),
         ExtendedKeyUsageOID.SERVER_AUTH,
         now or _now(),
         days,
         names,
     )
-    return _cert_pem(cert), _key_pem(key)
+    return cert_to_pem(cert), key_to_pem(key)
 
 
 MAX_SANS = 32
@@ -509,10 +513,10 @@ def sign_serving_key(
         pki.ca_cert,
         pki.ca_key,
         public_key,
-        _name(common_name),
+        x509_name(common_name),
         ExtendedKeyUsageOID.SERVER_AUTH,
         now or _now(),
         days,
-        [_general_name(s) for s in names],
+        [general_name(s) for s in names],
     )
-    return _cert_pem(cert)
+    return cert_to_pem(cert)

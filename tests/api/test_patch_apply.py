@@ -21,7 +21,7 @@ from orchestrator.kube.patch import (
     server_side_apply,
     track_update,
 )
-from orchestrator.kube.patch.apply import _tree_has
+from orchestrator.kube.patch.managedfields import _tree_has
 
 STR: dict[str, Any] = {"type": "string"}
 INT: dict[str, Any] = {"type": "integer"}
@@ -692,7 +692,7 @@ def test_update_diff_skipping_equal_subtrees_matches_the_whole_walk(
 ) -> None:
     """track_update compares only fields that differ; it must find what comparing the members
     of both whole objects finds."""
-    from orchestrator.kube.patch.apply import _changed, _diff_members, _members
+    from orchestrator.kube.patch.managedfields import diff_members, member_changed, tracked_members
 
     def twisted(value: Any) -> Any:  # == in Python, not in JSON: True -> 1 -> 1.0
         if isinstance(value, dict):
@@ -706,13 +706,13 @@ def test_update_diff_skipping_equal_subtrees_matches_the_whole_walk(
     for key in share:  # equal subtrees, or equal-but-for-type ones
         if key in old:
             new[key] = twisted(old[key]) if twist else copy.deepcopy(old[key])
-    before = _members(old, SCHEMA, subresource, ignored)
-    after = _members(new, SCHEMA, subresource, ignored)
-    want_changed = {p for p, m in after.items() if _changed(before.get(p), m)}
+    before = tracked_members(old, SCHEMA, subresource, ignored)
+    after = tracked_members(new, SCHEMA, subresource, ignored)
+    want_changed = {p for p, m in after.items() if member_changed(before.get(p), m)}
     want_removed = set(before) - set(after)
     changed: set[tuple[str, ...]] = set()
     removed: set[tuple[str, ...]] = set()
-    _diff_members(old, new, SCHEMA, (), subresource, ignored, changed, removed)
+    diff_members(old, new, SCHEMA, (), subresource, ignored, changed, removed)
     assert (changed, removed) == (want_changed, want_removed)
 
 
@@ -731,11 +731,11 @@ def test_create_field_sets_are_memoized_soundly(
 ) -> None:
     """A create's field set comes from a memo keyed by what it depends on: it must equal the
     walk, for the object itself and for variants differing in ignored or relevant metadata."""
-    from orchestrator.kube.patch.apply import _created_fields, _diff_members
+    from orchestrator.kube.patch.managedfields import created_fields, diff_members
 
     def walked(obj: dict[str, Any]) -> frozenset[tuple[str, ...]]:
         changed: set[tuple[str, ...]] = set()
-        _diff_members({}, obj, SCHEMA, (), subresource, ignored, changed, set())
+        diff_members({}, obj, SCHEMA, (), subresource, ignored, changed, set())
         return frozenset(changed)
 
     variants = [
@@ -748,6 +748,6 @@ def test_create_field_sets_are_memoized_soundly(
         {k: v for k, v in doc.items() if k != "status"},
     ]
     for obj in variants * 2:  # the second round is answered by the memo
-        fields, tree = _created_fields(obj, SCHEMA, subresource, ignored)
+        fields, tree = created_fields(obj, SCHEMA, subresource, ignored)
         assert fields == walked(obj)
         assert tree == encode_fields_v1(fields)

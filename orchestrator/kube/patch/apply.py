@@ -23,18 +23,15 @@ entries left empty disappear. If the write itself carries a different managedFie
 client's list is the starting point (how kubectl migrates client-side-apply ownership); a list
 holding one empty entry `[{}]` clears managedFields.
 
-Ignored fields never enter a set: `apiVersion`, `kind`, the server-owned metadata fields and
-`status` for the main resource; everything but `status` for the status subresource; plus the
-caller's `ignored` path prefixes (tuples of FieldsV1 elements, e.g. `("f:spec", "f:nodeName")`).
+The entries themselves, the diff of what a write touches and the fields never tracked (see
+"Ignored fields" there) live in `managedfields`; this module merges and decides ownership.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from typing import Any
-
-import msgpack
 
 from orchestrator.kube.errors import ApiError, bad_request
 from orchestrator.kube.objects import Obj
@@ -44,383 +41,33 @@ from orchestrator.kube.patch._util import (
     child_schema,
     copy_json,
     is_atomic_map,
-    is_declared_field,
     item_schema,
     json_equal,
 )
 from orchestrator.kube.patch.fieldpath import (
-    FieldSet,
-    Member,
     Path,
-    decode_fields_v1,
-    encode_fields_v1,
     is_set_list,
     item_element,
     list_keys,
-    member_of_field,
-    members_of,
     path_string,
 )
+from orchestrator.kube.patch.managedfields import (
+    Entry,
+    created_fields,
+    decode_managed_fields,
+    diff_members,
+    managed_of,
+    member_changed,
+    sorted_entries,
+    tracked_members,
+    with_managed,
+    without_meta,
+)
 
-__all__ = ["BEFORE_FIRST_APPLY", "decode_managed_fields", "server_side_apply", "track_update"]
+__all__ = ["BEFORE_FIRST_APPLY", "server_side_apply", "track_update"]
 
 
 BEFORE_FIRST_APPLY = "before-first-apply"
-
-_META_IGNORED = (
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "managedFields",
-    "selfLink",
-)
-
-
-class _Entry:
-    """One managedFields entry. A stored entry's field set is decoded from its FieldsV1 `tree`
-    only when something needs the set itself: an update that leaves the entry alone (a status
-    write and the spec owner's entry) asks only `isdisjoint` and writes the tree back as it is.
-    `tree`, when set, is the encoding of `fields` (never of another set); `owned`: it may go
-    into the result without a copy (the caller gave up the object it came from)."""
-
-    __slots__ = (
-        "_fields",
-        "api_version",
-        "manager",
-        "operation",
-        "owned",
-        "subresource",
-        "time",
-        "tree",
-    )
-
-    def __init__(
-        self,
-        manager: str,
-        operation: str,  # "Apply" | "Update"
-        api_version: str,
-        time: str,
-        subresource: str,
-        fields: FieldSet | None,
-        tree: dict[str, Any] | None = None,
-        *,
-        owned: bool = False,
-    ) -> None:
-        assert fields is not None or tree is not None
-        self.manager = manager
-        self.operation = operation
-        self.api_version = api_version
-        self.time = time
-        self.subresource = subresource
-        self._fields = fields
-        self.tree: dict[str, Any] | None = tree
-        self.owned = owned
-
-    @property
-    def fields(self) -> FieldSet:
-        fields = self._fields
-        if fields is None:
-            assert self.tree is not None
-            try:
-                fields = decode_fields_v1(self.tree, canonical=True)
-            except ApiError:
-                fields = frozenset()  # unreadable, as `_managed_of` treats the whole list
-            self._fields = fields
-        return fields
-
-    def isdisjoint(self, paths: Collection[Path], tops: Collection[str] = ()) -> bool:
-        """Whether no path of `paths` is in the set; `tops`, if given, holds their first
-        elements (a status write's are all "f:status", a top field most trees lack)."""
-        tree = self.tree
-        if self._fields is None and tree is not None:
-            if tops and tree.keys().isdisjoint(tops):
-                return True
-            return not any(_tree_has(tree, p) for p in paths)
-        return self.fields.isdisjoint(paths)
-
-    def nonempty(self) -> bool:
-        if self._fields is None and self.tree is not None:
-            return bool(self.tree)
-        return bool(self.fields)
-
-    def with_fields(self, fields: FieldSet, time: str | None = None) -> _Entry:
-        return _Entry(
-            self.manager,
-            self.operation,
-            self.api_version,
-            self.time if time is None else time,
-            self.subresource,
-            fields,
-        )
-
-    def identity(self) -> tuple[str, str, str, str]:
-        version = "" if self.operation == "Apply" else self.api_version
-        return (self.manager, self.operation, version, self.subresource)
-
-    def printed(self) -> str:
-        if self.operation == "Update":
-            return f'"{self.manager}" using {self.api_version}'
-        return f'"{self.manager}"'
-
-    def encode(self) -> Obj:
-        out: Obj = {"manager": self.manager, "operation": self.operation}
-        if self.api_version:
-            out["apiVersion"] = self.api_version
-        if self.time:
-            out["time"] = self.time
-        out["fieldsType"] = "FieldsV1"
-        if self.tree is not None:
-            out["fieldsV1"] = self.tree if self.owned else copy_json(self.tree)
-        else:
-            out["fieldsV1"] = encode_fields_v1(self.fields)
-        if self.subresource:
-            out["subresource"] = self.subresource
-        return out
-
-
-def _tree_has(tree: dict[str, Any], path: Path) -> bool:
-    """Whether `path` is in the set the canonical FieldsV1 `tree` encodes (see
-    `decode_fields_v1`: a member is an empty leaf or a node holding `"."`)."""
-    node: Any = tree
-    for element in path:
-        node = node.get(element)
-        if type(node) is not dict:
-            return False
-    return not node or "." in node
-
-
-def _text(entry: dict[str, Any], key: str) -> str:
-    value = entry.get(key, "")
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise bad_request(f"managedFields: {key} must be a string")
-    return value
-
-
-def decode_managed_fields(value: Any, *, stored: bool = False, owned: bool = False) -> list[_Entry]:
-    """Parse `metadata.managedFields`; malformed entries are a 400 BadRequest. `stored`: they
-    come from a stored object, so each fieldsV1 tree is `encode_fields_v1` of its set (this
-    module wrote it), decoded only when needed and written back as it is while the set stays
-    the same; `owned`: without a copy (the caller gives the stored object up)."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise bad_request("metadata.managedFields must be a list")
-    entries = []
-    for raw in value:
-        if not isinstance(raw, dict):
-            raise bad_request("metadata.managedFields entries must be objects")
-        operation = _text(raw, "operation")
-        if operation not in ("Apply", "Update"):
-            raise bad_request('managedFields: operation must be "Apply" or "Update"')
-        fields_type = raw.get("fieldsType", "FieldsV1")
-        if fields_type != "FieldsV1":
-            raise bad_request('managedFields: fieldsType must be "FieldsV1"')
-        tree = raw.get("fieldsV1", {})
-        manager, api_version = _text(raw, "manager"), _text(raw, "apiVersion")
-        time, subresource = _text(raw, "time"), _text(raw, "subresource")
-        if stored and isinstance(tree, dict):  # decoded when needed (see `_Entry`)
-            entry = _Entry(
-                manager, operation, api_version, time, subresource, None, tree, owned=owned
-            )
-        else:
-            fields = decode_fields_v1(tree)
-            entry = _Entry(manager, operation, api_version, time, subresource, fields)
-        entries.append(entry)
-    return entries
-
-
-def _sorted_entries(entries: Iterable[_Entry]) -> list[Obj]:
-    kept = [e for e in entries if e.nonempty()]
-    kept.sort(key=lambda e: (e.operation, e.time, e.manager, e.subresource, e.api_version))
-    return [e.encode() for e in kept]
-
-
-def _managed_of(obj: Obj | None, *, owned: bool = False) -> list[_Entry]:
-    """The managedFields of a stored object; unreadable ones are dropped, as Kubernetes does.
-    `owned`: the caller gives `obj` up, so its trees may go into the result uncopied."""
-    if obj is None:
-        return []
-    metadata = obj.get("metadata")
-    if not isinstance(metadata, dict):
-        return []
-    try:
-        return decode_managed_fields(metadata.get("managedFields"), stored=True, owned=owned)
-    except ApiError:
-        return []
-
-
-# --- ignored fields ------------------------------------------------------------------------
-
-
-def _is_ignored(path: Path, subresource: str, ignored: Collection[Path]) -> bool:
-    if subresource == "status":
-        if path[0] != "f:status":
-            return True
-    elif path[0] in ("f:apiVersion", "f:kind", "f:status"):
-        return True
-    if path[0] == "f:metadata" and len(path) > 1 and path[1][2:] in _META_IGNORED:
-        return True
-    return bool(ignored) and any(path[: len(prefix)] == prefix for prefix in ignored)
-
-
-def _members(
-    obj: Obj | None, schema: Schema, subresource: str, ignored: Collection[Path]
-) -> dict[Path, Member]:
-    if obj is None:
-        return {}
-    return {
-        p: m for p, m in members_of(obj, schema).items() if not _is_ignored(p, subresource, ignored)
-    }
-
-
-def _changed(before: Member | None, after: Member | None) -> bool:
-    if before is None or after is None:
-        return before is not after
-    if before.leaf != after.leaf:
-        return True
-    return before.leaf and not json_equal(before.value, after.value)
-
-
-def _diff_members(
-    old: Obj,
-    new: Obj,
-    schema: Schema,
-    path: Path,
-    subresource: str,
-    ignored: Collection[Path],
-    changed: set[Path],
-    removed: set[Path],
-) -> None:
-    """Add to `changed`/`removed` what comparing `_members` of two whole objects would give,
-    for the granular maps `old` and `new` at `path` — without walking equal subtrees.
-
-    Why it is the same: the members under field `f:key` of a granular map depend only on that
-    field's value (and schema), so a field whose value is JSON-equal on both sides has equal
-    members and contributes nothing; ignored paths are closed downwards (`_is_ignored` looks
-    at a prefix), so an ignored field's subtree is skipped whole. Two granular maps are
-    compared field by field; anything else is walked as `_walk` would and compared member by
-    member. A granular map's own member (present when it is `{}` or not a declared property,
-    never a leaf) counts only by its presence."""
-    for key, nv in new.items():
-        sub = (*path, f"f:{key}")
-        if _is_ignored(sub, subresource, ignored):
-            continue
-        if key in old:
-            ov = old[key]
-            if json_equal(ov, nv):
-                continue
-            child_s = child_schema(schema, key)
-            if isinstance(ov, dict) and isinstance(nv, dict) and not is_atomic_map(child_s):
-                _diff_members(ov, nv, child_s, sub, subresource, ignored, changed, removed)
-                undeclared = not is_declared_field(schema, key)
-                had, has = undeclared or not ov, undeclared or not nv
-                if has and not had:
-                    changed.add(sub)
-                elif had and not has:
-                    removed.add(sub)
-                continue
-            before = _field_members(ov, key, schema, sub, subresource, ignored)
-        else:
-            before = {}
-        after = _field_members(nv, key, schema, sub, subresource, ignored)
-        if before:
-            changed.update(p for p, m in after.items() if _changed(before.get(p), m))
-            removed.update(p for p in before if p not in after)
-        else:  # a new field: all its members are (`_changed(None, m)`)
-            changed.update(after)
-    for key, ov in old.items():
-        if key not in new:
-            sub = (*path, f"f:{key}")
-            if not _is_ignored(sub, subresource, ignored):
-                removed.update(_field_members(ov, key, schema, sub, subresource, ignored))
-
-
-CREATED_CACHE_SIZE = 256
-_created: dict[tuple[int, str, str, bytes], tuple[Schema, FieldSet, dict[str, Any]]] = {}
-
-
-def _created_fields(
-    new: Obj, schema: Schema, subresource: str, ignored: Collection[Path]
-) -> tuple[FieldSet, dict[str, Any]]:
-    """Every (not ignored) member of `new` — what a create owns — and its FieldsV1 tree.
-
-    Memoized by the msgpack encoding of what the members depend on: the object less its
-    ignored parts (apiVersion, kind, status, server-owned metadata, with whether metadata was
-    empty, which decides its own membership), with the schema, subresource and ignored
-    prefixes. msgpack keeps JSON's types apart (bools, ints, floats), so equal bytes mean equal
-    values; it is several times cheaper than canonical JSON, and the one thing it adds, key
-    order, only costs a miss. Objects a controller creates from one template differ only in
-    ignored metadata (name, uid, creationTimestamp), so they are walked and encoded once."""
-    try:
-        text: bytes | None = msgpack.packb(_created_key(new, subresource))
-    except (TypeError, ValueError, OverflowError, RecursionError):
-        text = None
-    ident = (id(schema), subresource, repr(tuple(ignored)), text or b"")
-    hit = _created.get(ident) if text is not None else None
-    if hit is not None and hit[0] is schema:
-        return hit[1], hit[2]
-    changed: set[Path] = set()
-    _diff_members({}, new, schema, (), subresource, ignored, changed, set())
-    fields = frozenset(changed)
-    tree = encode_fields_v1(fields)
-    if text is not None:
-        _created[ident] = (schema, fields, tree)  # keeps `schema` alive: its id stays its own
-        if len(_created) > CREATED_CACHE_SIZE:
-            del _created[next(iter(_created))]
-    return fields, tree
-
-
-def _created_key(new: Obj, subresource: str) -> Any:
-    if subresource == "status":
-        return ["status", "status" in new, new.get("status")]
-    rest = {k: v for k, v in new.items() if k not in ("apiVersion", "kind", "status", "metadata")}
-    meta = new.get("metadata")
-    if isinstance(meta, dict):
-        kept = {k: v for k, v in meta.items() if k not in _META_IGNORED}
-        return ["", rest, "metadata" in new, kept, not meta]
-    return ["", rest, "metadata" in new, meta]
-
-
-def _field_members(
-    value: Any, key: str, schema: Schema, sub: Path, subresource: str, ignored: Collection[Path]
-) -> dict[Path, Member]:
-    """The (not ignored) members a granular map's field `key` with `value` contributes."""
-    found = member_of_field(value, key, schema, sub)
-    if not ignored and sub[0] != "f:metadata":
-        # `_is_ignored` reads only a path's first element (and the second under metadata) and
-        # the `ignored` prefixes, so under a kept field outside metadata nothing is ignored
-        # (and callers pass a kept field: `_diff_members` skips ignored ones).
-        return found
-    return {p: m for p, m in found.items() if not _is_ignored(p, subresource, ignored)}
-
-
-def _without_meta(obj: Obj) -> Obj:
-    out = dict(obj)
-    metadata = out.get("metadata")
-    if isinstance(metadata, dict):
-        out["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
-    return out
-
-
-def _with_managed(obj: Obj, entries: Iterable[_Entry]) -> Obj:
-    encoded = _sorted_entries(entries)
-    metadata = obj.get("metadata")
-    metadata = dict(metadata) if isinstance(metadata, dict) else {}
-    if encoded:
-        metadata["managedFields"] = encoded
-    else:
-        metadata.pop("managedFields", None)
-    if metadata or "metadata" in obj:
-        obj = {**obj, "metadata": metadata}
-    return obj
-
 
 # --- merging the config into the live object -----------------------------------------------
 
@@ -568,7 +215,7 @@ def _is_key_field(path: Path) -> bool:
 # --- the two operations --------------------------------------------------------------------
 
 
-def _conflict_error(conflicts: list[tuple[Path, _Entry]]) -> ApiError:
+def _conflict_error(conflicts: list[tuple[Path, Entry]]) -> ApiError:
     conflicts = sorted(conflicts, key=lambda c: (c[1].printed(), path_string(c[0])))
     causes = [
         {
@@ -640,24 +287,24 @@ def _apply(
     else:
         config = {k: v for k, v in config.items() if k != "status"}
     _check_config_keys(config, schema, "")
-    base = _copy_obj(_without_meta(live)) if live is not None else {}
-    entries = _managed_of(live)
-    live_members = _members(base, schema, subresource, ignored) if live is not None else {}
+    base = _copy_obj(without_meta(live)) if live is not None else {}
+    entries = managed_of(live)
+    live_members = tracked_members(base, schema, subresource, ignored) if live is not None else {}
     if live is not None and not entries and live_members:
         entries = [
-            _Entry(BEFORE_FIRST_APPLY, "Update", api_version, now, "", frozenset(live_members))
+            Entry(BEFORE_FIRST_APPLY, "Update", api_version, now, "", frozenset(live_members))
         ]
 
-    config_members = _members(config, schema, subresource, ignored)
+    config_members = tracked_members(config, schema, subresource, ignored)
     config_set = frozenset(config_members)
     merged: Obj = _merge(base, config, schema)
-    merged_members = _members(merged, schema, subresource, ignored)
+    merged_members = tracked_members(merged, schema, subresource, ignored)
 
     me = (manager, "Apply", "", subresource)
     previous = next((e for e in entries if e.identity() == me), None)
     others = [e for e in entries if e.identity() != me]
 
-    changed = {p for p in config_set if _changed(live_members.get(p), merged_members.get(p))}
+    changed = {p for p in config_set if member_changed(live_members.get(p), merged_members.get(p))}
     conflicts = [(p, e) for e in others for p in sorted(e.fields & changed)]
     if conflicts and not force:
         raise _conflict_error(conflicts)
@@ -671,7 +318,7 @@ def _apply(
     result = _prune(merged, set(last_set) - protected, protected, schema)
 
     object_changed = not json_equal(result, base)
-    mine = _Entry(manager, "Apply", api_version, now, subresource, config_set)
+    mine = Entry(manager, "Apply", api_version, now, subresource, config_set)
     if (
         previous is not None
         and previous.fields == config_set
@@ -681,13 +328,13 @@ def _apply(
         mine = previous
     new_entries = [*others, mine]
     if live is not None and not object_changed:
-        old_managed = _sorted_entries(_managed_of(live))
-        if _sorted_entries(new_entries) == old_managed:
+        old_managed = sorted_entries(managed_of(live))
+        if sorted_entries(new_entries) == old_managed:
             return _copy_obj(live)
-    return _with_managed(result, new_entries)
+    return with_managed(result, new_entries)
 
 
-def _base_entries(old: Obj | None, new: Obj, owned: bool) -> list[_Entry] | None:
+def _base_entries(old: Obj | None, new: Obj, owned: bool) -> list[Entry] | None:
     """Where an update's bookkeeping starts; None means "the client cleared managedFields"."""
     metadata = new.get("metadata")
     sent = metadata.get("managedFields") if isinstance(metadata, dict) else None
@@ -697,12 +344,12 @@ def _base_entries(old: Obj | None, new: Obj, owned: bool) -> list[_Entry] | None
         old_meta = old.get("metadata") if isinstance(old, dict) else None
         if isinstance(old_meta, dict) and sent == old_meta.get("managedFields"):
             # The stored list, carried along by a patch: read as stored.
-            return _managed_of(old, owned=owned)
+            return managed_of(old, owned=owned)
         try:
             return decode_managed_fields(sent)
         except ApiError:
             pass
-    return _managed_of(old, owned=owned)
+    return managed_of(old, owned=owned)
 
 
 def track_update(
@@ -726,18 +373,18 @@ def track_update(
     if not isinstance(new, dict):
         raise bad_request("object must be a JSON object")
     base = _base_entries(old, new, owned=not copy)
-    stripped = _copy_obj(_without_meta(new)) if copy else _without_meta(new)
+    stripped = _copy_obj(without_meta(new)) if copy else without_meta(new)
     if base is None:
-        return _with_managed(stripped, [])
+        return with_managed(stripped, [])
     changed: set[Path] = set()
     removed: set[Path] = set()
     tree: dict[str, Any] | None = None
     try:
         if old is None:
-            created, tree = _created_fields(stripped, schema, subresource, ignored)
+            created, tree = created_fields(stripped, schema, subresource, ignored)
             changed = set(created)
         else:
-            _diff_members(old, stripped, schema, (), subresource, ignored, changed, removed)
+            diff_members(old, stripped, schema, (), subresource, ignored, changed, removed)
     except RecursionError:
         raise bad_request("object is nested too deeply") from None
     me = (manager, "Update", api_version, subresource)
@@ -751,10 +398,10 @@ def track_update(
     ]
     if previous is None:
         # The create's tree, if any, is the encoding of its set: no re-encoding.
-        mine = _Entry(
+        mine = Entry(
             manager, "Update", api_version, now, subresource, frozenset(changed), tree, owned=share
         )
     else:
         fields = (previous.fields | changed) - removed
         mine = previous.with_fields(fields, time=now if changed else previous.time)
-    return _with_managed(stripped, [*entries, mine])
+    return with_managed(stripped, [*entries, mine])

@@ -24,7 +24,7 @@ that list with one it computes (`track_update`, server-side apply) and nothing m
 copying it, the biggest part of most objects' metadata, would be wasted work. Likewise the
 top-level fields the caller names in `keep` (a status write: the stored spec).
 
-Speed: each schema node's facts are read once (`_Plan`); a property whose schema is a plain
+Speed: each schema node's facts are read once (`nodeplan.Plan`); a property whose schema is a plain
 leaf (a string, boolean or integer with no check, or only an enum of strings or the date-time
 format) is kept after one type test instead of a walk, and only a value that fails it takes
 the walk, which words the error; the spec walk of a new object is remembered by its msgpack
@@ -37,14 +37,8 @@ caches of pure results: compiled patterns, schema plans, remembered spec walks).
 
 from __future__ import annotations
 
-import base64
-import binascii
-import datetime as dt
-import functools
-import json
 import math
-import re
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,20 +48,26 @@ from orchestrator.kube.errors import ApiError, Cause, bad_request
 from orchestrator.kube.jsonvalue import copy_json
 from orchestrator.kube.schema.builders import NAME_KEY, QUANTITY_NAME
 from orchestrator.kube.schema.names import quote
-
-Schema = dict[str, Any]
-
-INT32 = (-(2**31), 2**31 - 1)
-INT64 = (-(2**63), 2**63 - 1)
-_EMBEDDED_META = ("apiVersion", "kind", "metadata")
-_DATE_TIME = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
+from orchestrator.kube.schema.nodeplan import (
+    ABSENT,
+    EMBEDDED_META,
+    INT32,
+    INT64,
+    QUANTITY,
+    Plan,
+    Schema,
+    as_int,
+    as_number,
+    canon,
+    compiled_pattern,
+    fmt_bound,
+    json_type,
+    plan_of,
+    unique_key,
+    valid_byte,
+    valid_date,
+    valid_date_time,
 )
-# apimachinery's quantity grammar (resource.ParseQuantity), as its error message states it.
-_QUANTITY = re.compile(
-    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?"
-)
-_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 
 
 @dataclass(slots=True)
@@ -135,217 +135,6 @@ def _key(path: str, key: str) -> str:
     return f"{path}[{key}]"
 
 
-# -- values ---------------------------------------------------------------------------------------
-
-
-def json_type(v: Any) -> str:
-    """The JSON type name Kubernetes prints for a value ("integer" for whole ints only)."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list | tuple):
-        return "array"
-    return "object"
-
-
-def _canon(v: Any) -> str:
-    """A comparable form of a JSON value (True and 1 differ, key order does not matter)."""
-    try:
-        return json.dumps(v, sort_keys=True, separators=(",", ":"), default=repr)
-    except (TypeError, ValueError):
-        return repr(v)
-
-
-def _unique_key(v: Any) -> Any:
-    """`_canon(v)` for uniqueness checks, cheaper for the usual strings and integers: a str or
-    a (non-bool) int is equal in canonical JSON exactly to the same str or int, so it is keyed by
-    its type and value; anything else by `_canon` (a str key never meets a tuple key)."""
-    t = type(v)
-    if t is str or t is int:
-        return (t is str, v)
-    return _canon(v)
-
-
-_ABSENT = ("absent",)  # the single-key `seen` entry of an item without the key
-
-
-def _number(x: Any) -> float | int | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    return x
-
-
-def _int(x: Any) -> int | None:
-    if isinstance(x, bool) or not isinstance(x, int):
-        return None
-    return x
-
-
-def _fmt_bound(x: float | int) -> str:
-    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
-        return str(int(x))
-    return str(x)
-
-
-@functools.lru_cache(maxsize=512)
-def _pattern(p: str) -> re.Pattern[str] | None:
-    try:
-        return re.compile(p)
-    except (re.error, RecursionError, OverflowError):
-        return None
-
-
-@functools.lru_cache(maxsize=4096)  # pure; timestamps repeat (one per second, many objects)
-def _valid_date_time(s: str) -> bool:
-    m = _DATE_TIME.fullmatch(s)
-    if m is None:
-        return False
-    try:
-        dt.datetime(int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), min(int(m[6]), 59))
-    except ValueError:
-        return False
-    return int(m[6]) <= 60
-
-
-def _valid_date(s: str) -> bool:
-    m = _DATE.fullmatch(s)
-    if m is None:
-        return False
-    try:
-        dt.date(int(m[1]), int(m[2]), int(m[3]))
-    except ValueError:
-        return False
-    return True
-
-
-def _valid_byte(s: str) -> bool:
-    try:
-        base64.b64decode(s.encode("ascii"), validate=True)
-    except (binascii.Error, ValueError, UnicodeEncodeError):
-        return False
-    return True
-
-
-# -- per-schema-node facts ------------------------------------------------------------------------
-
-
-class _Plan:
-    """What `walk` reads from one schema node, looked up once per node instead of once per
-    value: most nodes have no bounds, pattern, format or enum, and most properties no
-    default, so the checks that cannot fire are skipped without a dictionary lookup each."""
-
-    __slots__ = (
-        "addl",
-        "defaults",
-        "embedded",
-        "enum",
-        "int_or_string",
-        "items",
-        "leaves",
-        "map_keys",
-        "max_items",
-        "min_items",
-        "nullable",
-        "numeric_checks",
-        "preserve",
-        "props",
-        "required",
-        "schema",
-        "string_checks",
-        "type",
-        "unique",
-    )  # fmt: skip
-
-    def __init__(self, s: Schema) -> None:
-        self.schema = s  # held, so the id() keying the cache is not reused while cached
-        self.type = s.get("type")
-        self.nullable = s.get("nullable") is True
-        self.preserve = s.get("x-kubernetes-preserve-unknown-fields") is True
-        self.int_or_string = s.get("x-kubernetes-int-or-string") is True
-        self.string_checks = any(k in s for k in ("maxLength", "minLength", "pattern", "format"))
-        self.numeric_checks = any(
-            k in s
-            for k in (
-                "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-                "format",
-            )
-        )  # fmt: skip
-        enum = s.get("enum")
-        self.enum = isinstance(enum, list) and bool(enum)
-        props = s.get("properties")
-        self.props: dict[str, Any] = props if isinstance(props, dict) else {}
-        self.addl = s.get("additionalProperties")
-        self.embedded = s.get("x-kubernetes-embedded-resource") is True
-        self.defaults = [
-            (k, ps) for k, ps in self.props.items() if isinstance(ps, dict) and "default" in ps
-        ]
-        required = s.get("required")
-        self.required = (
-            [r for r in required if isinstance(r, str)] if isinstance(required, list) else []
-        )
-        # An array's: its items' schema, bounds, and whether items are unique (a set) or keyed
-        # (a map: its keys).
-        self.items = s.get("items")
-        self.min_items, self.max_items = _int(s.get("minItems")), _int(s.get("maxItems"))
-        list_type = s.get("x-kubernetes-list-type")
-        self.unique = list_type == "set" or s.get("uniqueItems") is True
-        keys = s.get("x-kubernetes-list-map-keys")
-        self.map_keys: list[Any] | None = (
-            keys if list_type == "map" and isinstance(keys, list) and keys else None
-        )
-        # Properties whose value is valid as it is when of this exact type (and, for some, passes
-        # one cheap test): a string, boolean or integer with no other check that could fire, or
-        # a string whose only check is an enum or the date-time format. Most of an object's
-        # leaves; kept without a walk. A value that fails goes the long way, for the error.
-        self.leaves: dict[str, tuple[type, Callable[[Any], bool] | None]] = {}
-        for k, ps in self.props.items():
-            t = ps.get("type") if isinstance(ps, dict) else None
-            if isinstance(t, str) and t in _LEAF_TYPES and not ps.get("nullable"):
-                leaf = _leaf_test(ps)
-                if leaf is not None:
-                    self.leaves[k] = leaf
-
-
-_LEAF_TYPES: dict[str, type] = {"string": str, "boolean": bool, "integer": int}
-
-
-def _leaf_test(s: Schema) -> tuple[type, Callable[[Any], bool] | None] | None:
-    """(exact type, test or None) that proves a value of the leaf schema `s` valid, if any."""
-    p = _Plan(s)
-    if p.int_or_string or p.preserve or (p.numeric_checks and p.type != "string"):
-        return None
-    if p.string_checks:
-        if p.enum or set(s) & {"maxLength", "minLength", "pattern"} or s["format"] != "date-time":
-            return None
-        return str, _valid_date_time
-    if p.enum:
-        enum = s["enum"]
-        if p.type != "string" or not all(type(e) is str for e in enum):
-            return None
-        return str, frozenset(enum).__contains__
-    return _LEAF_TYPES[s["type"]], None
-
-
-_PLANS: dict[int, _Plan] = {}
-_MAX_PLANS = 50_000  # schema nodes; custom resources' schemas come and go with their CRDs
-
-
-def _plan(s: Schema) -> _Plan:
-    p = _PLANS.get(id(s))
-    if p is None or p.schema is not s:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        p = _PLANS[id(s)] = _Plan(s)
-    return p
-
-
 # -- the walk -------------------------------------------------------------------------------------
 
 SPEC_MEMO_SIZE = 256  # specs of new objects whose walk is remembered (`_Walker._spec`)
@@ -375,7 +164,7 @@ class _Walker:
     def walk(self, s: Any, v: Any, path: str, o: Any = None) -> Any:
         if not isinstance(s, dict) or (o is v and o is not None):
             return copy_json(v)
-        p = _plan(s)
+        p = plan_of(s)
         if v is None and p.nullable:
             return None
         if p.int_or_string:
@@ -403,14 +192,14 @@ class _Walker:
         elif t == "integer":
             if isinstance(v, float) and v.is_integer():
                 v = int(v)
-            if _int(v) is None:
+            if as_int(v) is None:
                 self._type_error(path, v, "integer")
                 return copy_json(v)
             if p.numeric_checks:
                 self._numeric(s, v, path)
             out = v
         elif t == "number":
-            if _number(v) is None:
+            if as_number(v) is None:
                 self._type_error(path, v, "number")
                 return copy_json(v)
             if p.numeric_checks or v != v:  # NaN is refused whatever the bounds
@@ -458,7 +247,7 @@ class _Walker:
             v = int(v)
         if isinstance(v, str):
             self._string(s, v, path)
-        elif _int(v) is not None:
+        elif as_int(v) is not None:
             self._numeric(s, v, path)
         else:
             self._type_error(path, v, "integer,string")
@@ -479,7 +268,7 @@ class _Walker:
             v = str(int(v)) if v.is_integer() else f"{round(v * 1000)}m"
         elif isinstance(v, int):
             v = str(v)
-        if len(v) > 64 or not _QUANTITY.fullmatch(v):
+        if len(v) > 64 or not QUANTITY.fullmatch(v):
             self.causes.append(
                 Cause(
                     path,
@@ -490,7 +279,7 @@ class _Walker:
         return v
 
     def _object(
-        self, p: _Plan, v: dict[str, Any], path: str, o: dict[str, Any] | None
+        self, p: Plan, v: dict[str, Any], path: str, o: dict[str, Any] | None
     ) -> dict[str, Any]:
         props, addl, embedded, preserve, leaves = p.props, p.addl, p.embedded, p.preserve, p.leaves
         out: dict[str, Any] = {}
@@ -526,7 +315,7 @@ class _Walker:
                 out[k] = self.walk(addl, val, _key(path, k), o.get(k) if o else None)
             elif addl is True or preserve:
                 out[k] = copy_json(val)
-            elif (embedded or path == "") and k in _EMBEDDED_META:
+            elif (embedded or path == "") and k in EMBEDDED_META:
                 # The root's apiVersion/kind/metadata are the caller's (meta checks), an embedded
                 # resource's are kept as sent.
                 out[k] = copy_json(val)
@@ -543,11 +332,11 @@ class _Walker:
                 self.causes.append(Cause(_child(path, r), "Required value", "FieldValueRequired"))
         return out
 
-    def _array(self, p: _Plan, v: list[Any], path: str, o: list[Any] | None) -> list[Any]:
+    def _array(self, p: Plan, v: list[Any], path: str, o: list[Any] | None) -> list[Any]:
         items = p.items
         stored = o or []
         n = len(stored)
-        ip = _plan(items) if isinstance(items, dict) else None
+        ip = plan_of(items) if isinstance(items, dict) else None
         if ip is not None and ip.type == "object" and not ip.int_or_string and not ip.enum:
             # Items of an object schema (conditions, containers...): what `walk` does for a
             # dict item that is not the stored one, without its dispatch per item.
@@ -578,7 +367,7 @@ class _Walker:
         if p.unique:
             seen: set[Any] = set()
             for i, x in enumerate(out):
-                c = _unique_key(x)
+                c = unique_key(x)
                 if c in seen:
                     self.causes.append(
                         Cause(
@@ -594,12 +383,10 @@ class _Walker:
                 if not isinstance(x, dict):
                     continue
                 if one is not None:  # the usual single key: no dict, sort or tuple
-                    c = _unique_key(x[one]) if one in x else _ABSENT
+                    c = unique_key(x[one]) if one in x else ABSENT
                 else:
                     c = tuple(
-                        sorted(
-                            (k, _unique_key(x[k])) for k in keys if isinstance(k, str) and k in x
-                        )
+                        sorted((k, unique_key(x[k])) for k in keys if isinstance(k, str) and k in x)
                     )
                 if c in seen:
                     key_map = {k: x[k] for k in keys if isinstance(k, str) and k in x}
@@ -615,7 +402,7 @@ class _Walker:
 
     def _string(self, s: Schema, v: str, path: str) -> None:
         where = f"{path} in body" if path else "body"
-        hi, lo = _int(s.get("maxLength")), _int(s.get("minLength"))
+        hi, lo = as_int(s.get("maxLength")), as_int(s.get("minLength"))
         if hi is not None and len(v) > hi:
             unit = "byte" if hi == 1 else "bytes"
             self.causes.append(
@@ -625,14 +412,14 @@ class _Walker:
             self._invalid(path, v, f"{where} should be at least {lo} chars long")
         pattern = s.get("pattern")
         if isinstance(pattern, str):
-            rx = _pattern(pattern)
+            rx = compiled_pattern(pattern)
             if rx is not None and rx.search(v) is None:
                 self._invalid(path, v, f"{where} should match '{pattern}'")
         fmt = s.get("format")
         bad = (
-            (fmt == "date-time" and not _valid_date_time(v))
-            or (fmt == "date" and not _valid_date(v))
-            or (fmt == "byte" and not _valid_byte(v))
+            (fmt == "date-time" and not valid_date_time(v))
+            or (fmt == "date" and not valid_date(v))
+            or (fmt == "byte" and not valid_byte(v))
         )
         if bad:
             self._invalid(path, v, f"{where} must be of type {fmt}: {quote(v)}")
@@ -641,23 +428,23 @@ class _Walker:
         if isinstance(v, float) and math.isnan(v):  # math.isnan(int) overflows past 1e308
             self._invalid(path, v, "must be a number")
             return
-        lo, hi = _number(s.get("minimum")), _number(s.get("maximum"))
+        lo, hi = as_number(s.get("minimum")), as_number(s.get("maximum"))
         ex_lo, ex_hi = s.get("exclusiveMinimum"), s.get("exclusiveMaximum")
-        if _number(ex_lo) is not None:  # OpenAPI 3.1 style: the bound itself
+        if as_number(ex_lo) is not None:  # OpenAPI 3.1 style: the bound itself
             lo, ex_lo = ex_lo, True
-        if _number(ex_hi) is not None:
+        if as_number(ex_hi) is not None:
             hi, ex_hi = ex_hi, True
         if lo is not None:
             if ex_lo is True and not v > lo:
-                self._invalid(path, v, f"must be greater than {_fmt_bound(lo)}")
+                self._invalid(path, v, f"must be greater than {fmt_bound(lo)}")
             elif ex_lo is not True and not v >= lo:
-                self._invalid(path, v, f"must be greater than or equal to {_fmt_bound(lo)}")
+                self._invalid(path, v, f"must be greater than or equal to {fmt_bound(lo)}")
         if hi is not None:
             if ex_hi is True and not v < hi:
-                self._invalid(path, v, f"must be less than {_fmt_bound(hi)}")
+                self._invalid(path, v, f"must be less than {fmt_bound(hi)}")
             elif ex_hi is not True and not v <= hi:
-                self._invalid(path, v, f"must be less than or equal to {_fmt_bound(hi)}")
-        multiple = _number(s.get("multipleOf"))
+                self._invalid(path, v, f"must be less than or equal to {fmt_bound(hi)}")
+        multiple = as_number(s.get("multipleOf"))
         if multiple and isinstance(v, int) and isinstance(multiple, int) and v % multiple:
             self._invalid(path, v, f"must be a multiple of {multiple}")
         fmt = s.get("format")
@@ -675,8 +462,8 @@ class _Walker:
             if v in enum:
                 return
         else:
-            c = _canon(v)
-            if any(_canon(e) == c for e in enum):
+            c = canon(v)
+            if any(canon(e) == c for e in enum):
                 return
         supported = ", ".join(quote(e) for e in enum)
         self.causes.append(
