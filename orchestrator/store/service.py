@@ -28,8 +28,8 @@ certificate required and verified against the cluster CA by the handshake); afte
 `ServiceTLS.identify` must accept the certificate (a server's peer certificate or an admin's,
 `security.peercerts.client_port_identity`). A server certificate whose node id is not a
 member (a server that is joining, or one that was removed) may only `join` (which also needs
-the cluster token) and read the sealed credentials bundle (`JOINER_KEYS`): a removed member's
-certificate reads no key of the store. A refused connection gets one answer frame
+the cluster token) and read the sealed credentials bundle (`clientwire.JOINER_KEYS`): a
+removed member's certificate reads no key of the store. A refused connection gets one answer frame
 `[nil, "refused", reason]` and is closed, before any request is read; refusals are logged once
 per remote host and reason. Without `tls` (in-process tests and benchmarks only) the port is
 plain TCP and unauthenticated. The TLS layer is `raft.tlsstream.TLSStream`: each read of a
@@ -70,16 +70,25 @@ from orchestrator.raft.node import (
     parse_addr,
 )
 from orchestrator.raft.tlsstream import TLSStream, tls_reason
+from orchestrator.store.clientwire import (
+    BadRequest,
+    bytes_arg,
+    error_value,
+    event_wire,
+    joiner_may,
+    joining_server,
+    kv_wire,
+    nonneg_arg,
+    positive_arg,
+    refusal,
+    text_arg,
+)
 from orchestrator.store.mvcc_sql import SCHEMA_VERSION
 from orchestrator.store.raftstore import RaftStore
 from orchestrator.store.types import (
-    Compacted,
     Compare,
     CompareTarget,
-    Conflict,
-    Event,
     KeyNotFound,
-    KeyValue,
     StoreError,
     TxnOp,
     encode_create,
@@ -108,85 +117,6 @@ class ServiceTLS:
 
     context: Callable[[], ssl.SSLContext]
     identify: Callable[[bytes | None], str | None]
-
-
-class BadRequest(ValueError):
-    pass
-
-
-JOINER_OPS = frozenset({"join"})
-JOINER_KEYS = frozenset({"/orchestrator/bootstrap"})  # `api.auth.shared.KEY`: sealed by the token
-
-
-def _joining_server(identity: str, is_member: Callable[[int], bool]) -> bool:
-    """Is `identity` ("server N", "admin", ...) a server certificate of a non-member?"""
-    kind, _, nid = identity.partition(" ")
-    return kind == "server" and nid.isdigit() and not is_member(int(nid))
-
-
-def _joiner_may(frame: bytes) -> bool:
-    """May a non-member server send this request: `join`, or `get` of the sealed bundle?"""
-    try:
-        req = msgpack.unpackb(frame)
-    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError):
-        return False
-    if not isinstance(req, list) or len(req) != 3 or not isinstance(req[2], list):
-        return False
-    _, op, args = req
-    return op in JOINER_OPS or (op == "get" and bool(args) and args[0] in JOINER_KEYS)
-
-
-def _refusal(frame: bytes) -> bytes:
-    """The answer to a request a joining server may not make (its id echoed when readable)."""
-    try:
-        req = msgpack.unpackb(frame)
-        rid = req[0] if isinstance(req, list) and req else None
-    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError):
-        rid = None
-    why = "a server that is not a member may only join"
-    return encode_frame(msgpack.packb([rid, "refused", why]))
-
-
-def _str(v: Any, what: str) -> str:
-    if not isinstance(v, str) or not v:
-        raise BadRequest(f"{what} must be a non-empty string")
-    return v
-
-
-def _bytes(v: Any, what: str) -> bytes:
-    if not isinstance(v, bytes):
-        raise BadRequest(f"{what} must be bytes")
-    return v
-
-
-def _nonneg(v: Any, what: str) -> int:
-    if type(v) is not int or v < 0:
-        raise BadRequest(f"{what} must be a non-negative integer")
-    return v
-
-
-def _int(v: Any, what: str) -> int:
-    if type(v) is not int or v < 1:
-        raise BadRequest(f"{what} must be a positive integer")
-    return v
-
-
-def kv_wire(kv: KeyValue | None) -> list[Any] | None:
-    if kv is None:
-        return None
-    return [kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version]
-
-
-def event_wire(e: Event) -> list[Any]:
-    return [int(e.type), kv_wire(e.kv), kv_wire(e.prev_kv)]
-
-
-def _error_value(exc: StoreError) -> list[Any]:
-    if isinstance(exc, Conflict):
-        return [str(exc), kv_wire(exc.current)]
-    if isinstance(exc, Compacted):
-        return [str(exc), exc.compact_revision]
-    return [str(exc), None]
 
 
 class ClientService:
@@ -276,7 +206,7 @@ class ClientService:
                     with trio.move_on_after(1.0), suppress(trio.BrokenResourceError):
                         await stream.send_all(encode_frame(msgpack.packb([None, "refused", why])))
                 else:
-                    joiner = _joining_server(identity, self.node.is_member)
+                    joiner = joining_server(identity, self.node.is_member)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             why = f"TLS handshake failed: {tls_reason(exc)}"
         if why:
@@ -317,8 +247,8 @@ class ClientService:
                             if not data:
                                 break
                             for frame in decoder.receive_data(data):
-                                if joiner and not _joiner_may(frame):
-                                    await send_q.send(_refusal(frame))
+                                if joiner and not joiner_may(frame):
+                                    await send_q.send(refusal(frame))
                                     continue
                                 # Awaiting only when the connection is at its bound: the await
                                 # is a yield to the scheduler, a task switch per request.
@@ -373,7 +303,7 @@ class ClientService:
                 nursery.start_soon(self._handle, frame, q, limiter)
                 return
             if isinstance(error, StoreError):
-                status, out = error.code, _error_value(error)
+                status, out = error.code, error_value(error)
             elif error is not None:
                 status, out = "error", str(error)
             else:
@@ -420,7 +350,7 @@ class ClientService:
                     with trio.fail_after(self.request_timeout):
                         status, value = "ok", await self._dispatch(op, args)
             except StoreError as exc:
-                status, value = exc.code, _error_value(exc)
+                status, value = exc.code, error_value(exc)
             except BadRequest as exc:
                 status, value = "error", str(exc)
             except (IndexError, TypeError):
@@ -460,12 +390,12 @@ class ClientService:
         if action == "heal":
             faults.heal()
         elif action == "isolate":
-            faults.isolate(_int(args[1], "node id"))
+            faults.isolate(positive_arg(args[1], "node id"))
         elif action == "partition":
             groups = args[1]
             if not isinstance(groups, list) or not all(isinstance(g, list) for g in groups):
                 raise BadRequest("partition takes a list of lists of node ids")
-            faults.partition(*({_int(n, "node id") for n in g} for g in groups))
+            faults.partition(*({positive_arg(n, "node id") for n in g} for g in groups))
         else:
             raise BadRequest(f"unknown fault action {action!r}")
         return True
@@ -566,12 +496,12 @@ class ClientService:
         store, node = self.store, self.node
         # Key-value operations (compatible with the first client of this port).
         if op == "put":
-            await store.update(_str(args[0], "key"), _bytes(args[1], "value"))
+            await store.update(text_arg(args[0], "key"), bytes_arg(args[1], "value"))
             return True
         if op == "cas":
-            key = _str(args[0], "key")
-            expected = None if args[1] is None else _bytes(args[1], "expected")
-            new = _bytes(args[2], "value")
+            key = text_arg(args[0], "key")
+            expected = None if args[1] is None else bytes_arg(args[1], "expected")
+            new = bytes_arg(args[2], "value")
             if expected is None:
                 compare = Compare(key, CompareTarget.CREATE, "=", 0)
             else:
@@ -579,27 +509,29 @@ class ClientService:
             return (await store.txn([compare], [TxnOp(key, new)], [])).succeeded
         if op == "delete":
             try:
-                await store.delete(_str(args[0], "key"))
+                await store.delete(text_arg(args[0], "key"))
             except KeyNotFound:
                 return False
             return True
         if op == "get":
             linearizable = len(args) < 2 or bool(args[1])
-            kv = await store.get(_str(args[0], "key"), linearizable=linearizable)
+            kv = await store.get(text_arg(args[0], "key"), linearizable=linearizable)
             return None if kv is None else kv.value
         # The store's own operations.
         if op == "create":
-            return kv_wire(await store.create(_str(args[0], "key"), _bytes(args[1], "value")))
+            return kv_wire(
+                await store.create(text_arg(args[0], "key"), bytes_arg(args[1], "value"))
+            )
         if op == "update":
-            guard = None if len(args) < 3 or args[2] is None else _nonneg(args[2], "revision")
+            guard = None if len(args) < 3 or args[2] is None else nonneg_arg(args[2], "revision")
             kv = await store.update(
-                _str(args[0], "key"), _bytes(args[1], "value"), expected_mod_revision=guard
+                text_arg(args[0], "key"), bytes_arg(args[1], "value"), expected_mod_revision=guard
             )
             return kv_wire(kv)
         if op == "kv":
             kv = await store.get(
-                _str(args[0], "key"),
-                revision=_nonneg(args[1], "revision"),
+                text_arg(args[0], "key"),
+                revision=nonneg_arg(args[1], "revision"),
                 linearizable=bool(args[2]),
             )
             return kv_wire(kv)
@@ -612,9 +544,9 @@ class ClientService:
                 raise BadRequest("continue token must be a string")
             res = await store.list(
                 prefix,
-                limit=_nonneg(args[1], "limit"),
+                limit=nonneg_arg(args[1], "limit"),
                 continue_token=token,
-                revision=_nonneg(args[3], "revision"),
+                revision=nonneg_arg(args[3], "revision"),
                 linearizable=bool(args[4]),
             )
             return [
@@ -624,12 +556,16 @@ class ClientService:
                 res.remaining,
             ]
         if op == "compact":
-            await store.compact(_int(args[0], "revision"))
+            await store.compact(positive_arg(args[0], "revision"))
             return True
         if op == "revision":
             return await store.current_revision(linearizable=bool(args[0]) if args else True)
         if op == "join":
-            token, nid, addr = args[0], _int(args[1], "node id"), _str(args[2], "address")
+            token, nid, addr = (
+                args[0],
+                positive_arg(args[1], "node id"),
+                text_arg(args[2], "address"),
+            )
             if (
                 not self.token
                 or not isinstance(token, str)
@@ -660,23 +596,23 @@ class ClientService:
             )
             return st
         if op == "add_learner":
-            addr = _str(args[1], "address")
+            addr = text_arg(args[1], "address")
             try:
                 parse_addr(addr)
             except ValueError as exc:
                 raise BadRequest(str(exc)) from exc
-            await node.change_membership(add_learner_change(_int(args[0], "node id"), addr))
+            await node.change_membership(add_learner_change(positive_arg(args[0], "node id"), addr))
             return True
         if op == "promote":
-            nid = _int(args[0], "node id")
+            nid = positive_arg(args[0], "node id")
             if nid not in node.conf().learners:
                 raise BadRequest(f"node {nid} is not a learner: add it with add_learner first")
             await node.change_membership(promote_change(nid))
             return True
         if op == "remove":
-            await node.change_membership(remove_change(_int(args[0], "node id")))
+            await node.change_membership(remove_change(positive_arg(args[0], "node id")))
             return True
         if op == "transfer":
-            await node.transfer_leadership(_int(args[0], "node id"))
+            await node.transfer_leadership(positive_arg(args[0], "node id"))
             return True
         raise BadRequest(f"unknown op {op!r}")
