@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from orchestrator.raft.core import RaftConfig, RaftCore, bootstrap
+from orchestrator.raft.core import RaftCore, bootstrap
+from orchestrator.raft.core_state import RaftConfig
 from orchestrator.raft.statemachine import pack_batch
 from orchestrator.raft.types import (
     ConfChange,
