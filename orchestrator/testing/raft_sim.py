@@ -378,7 +378,6 @@ class Simulation:
         self.watchers: list[_SimWatcher] = []
         self.n_events = 0
         self.log_lines: list[str] = []
-        self.member_change: str | None = None  # what membership change is in progress
         founders = list(range(1, self.n_initial + 1))
         for nid in founders:
             self.nodes[nid] = SimNode(self, nid, founders)
