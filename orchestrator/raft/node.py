@@ -31,6 +31,11 @@ within a few ticks instead of an election timeout), in order with the peer's mes
 once every message the transport had received before it has been stepped, so a last heartbeat
 still on its way through the inbox is not mistaken for news from a live leader.
 
+Layout: `RaftNode` is one class built in layers, each calling only itself and those below:
+`node_state.NodeState` (`NodeConfig`, the fields) <- `node_ready.ReadyHandler` (steps 0-4 of
+one Ready: persist, send, apply, advance, snapshots) <- `RaftNode` here (the public API, `run`,
+the loop, requests). The errors callers see are in `errors` (re-exported here).
+
 Invariants: the core is only touched by `_loop`; an entry is applied only after it is persisted
 on this server, in index order, once (the state machine skips what it applied already); a
 proposal resolves only when its entry is applied (success, if the entry at its index has its
