@@ -40,24 +40,26 @@ The algorithm follows the Raft paper and etcd-io/raft:
   leader had when a quorum confirmed it was still leader (followers forward to the leader);
 - leadership transfer: the leader brings the target up to date and tells it to campaign now.
 
+Layout: the core is one class built in three layers, each calling only itself and those below:
+`core_state.CoreState` (fields, observation, role transitions, membership bookkeeping) <-
+`core_replication.ReplicationCore` (sending and receiving the log, commit, ReadIndex) <-
+`RaftCore` here (time, elections, message dispatch, local requests, membership changes taking
+effect, Ready/Advance).
+
 Invariants (checked by the simulation): at most one leader per term; logs that share an
 (index, term) are identical up to it; committed entries are never lost or changed.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from orchestrator.raft.progress import Progress, ProgressState
-from orchestrator.raft.raftlog import RaftLog
-from orchestrator.raft.status import PeerProgress, Status
+from orchestrator.raft.core_replication import ReplicationCore
+from orchestrator.raft.progress import ProgressState
 from orchestrator.raft.types import (
     NONE,
     ConfChange,
     ConfChangeType,
-    ConfState,
     Entry,
     EntryType,
     HardState,
@@ -70,9 +72,7 @@ from orchestrator.raft.types import (
     ReadState,
     Ready,
     Role,
-    Snapshot,
     SnapshotMeta,
-    SoftState,
 )
 
 TRANSFER_CONTEXT = b"transfer"  # marks a campaign caused by leadership transfer
@@ -84,27 +84,6 @@ DOWN_FIRST_TICKS = 2
 DOWN_STEP_TICKS = 2
 FORWARD_DEDUP_WINDOW = 8192  # forwarded proposals remembered per leadership, to drop duplicates
 FORWARD_DEDUP_BYTES = 16 * 1024 * 1024  # ... and at most this much of their data
-_EMPTY_HARD_STATE = HardState()
-_EMPTY_SNAPSHOT = SnapshotMeta()
-
-
-@dataclass(frozen=True, slots=True)
-class RaftConfig:
-    id: NodeId
-    election_tick: int = 10
-    heartbeat_tick: int = 1
-    pre_vote: bool = True
-    check_quorum: bool = True
-    max_inflight: int = 64
-    max_msg_bytes: int = 1 << 20
-    max_apply_entries: int = 4096
-
-
-@dataclass(slots=True)
-class _ReadRequest:
-    index: int
-    frm: NodeId  # NONE: a local request; else a follower to answer with READ_INDEX_RESP
-    acks: set[NodeId]
 
 
 def bootstrap(voters: Iterable[NodeId]) -> tuple[HardState, list[Entry]]:
@@ -118,145 +97,9 @@ def bootstrap(voters: Iterable[NodeId]) -> tuple[HardState, list[Entry]]:
     return HardState(term=1, vote=NONE, commit=len(entries)), entries
 
 
-def quorum_index(matches: list[int]) -> int:
-    """The largest index that a majority of `matches` have reached."""
-    s = sorted(matches, reverse=True)
-    return s[len(s) // 2]
-
-
-class RaftCore:
-    def __init__(
-        self,
-        config: RaftConfig,
-        rng: random.Random,
-        *,
-        hard_state: HardState = _EMPTY_HARD_STATE,
-        snapshot: SnapshotMeta = _EMPTY_SNAPSHOT,
-        entries: Iterable[Entry] = (),
-        applied: int = 0,
-    ) -> None:
-        """Start (or restart from persisted state) a node.
-
-        `snapshot.conf` is the membership at the snapshot point; committed conf-change entries
-        after it are replayed here. A brand-new cluster's founders start from `bootstrap()`; a
-        node that joins an existing cluster starts empty and learns the membership from the
-        leader. `applied` is the state machine's applied index: committed entries after it are
-        handed out again, the ones before it are not."""
-        self.cfg = config
-        self.id = config.id
-        self.rng = rng
-        self.log = RaftLog(snapshot, list(entries), hard_state.commit)
-        self.term = hard_state.term
-        self.vote = hard_state.vote
-        self.lead: NodeId = NONE
-        self.role = Role.FOLLOWER
-        self.conf = snapshot.conf
-        self.prs: dict[NodeId, Progress] = {}
-        self.votes: dict[NodeId, bool] = {}
-        self.msgs: list[Message] = []
-        self.read_states: list[ReadState] = []
-        self.notes: list[str] = []
-        self.election_elapsed = 0
-        self.heartbeat_elapsed = 0
-        self.randomized_timeout = 0
-        # > 0: campaign when election_elapsed reaches it (the leader was reported down)
-        self.down_campaign_at = 0
-        self.lead_transferee: NodeId = NONE
-        self.leaving = False
-        self.forwarded: dict[bytes, None] = {}  # recent forwarded data, oldest first
-        self.forwarded_bytes = 0  # the size of its keys
-        self.pending_conf_index = 0
-        self.reads: dict[bytes, _ReadRequest] = {}  # insertion order = request order
-        self.pending_reads: list[tuple[bytes, NodeId]] = []  # waiting for a commit in our term
-        # Membership as of the commit index: conf changes are effective when committed entries
-        # are applied; on restart, replay the ones between the snapshot and the commit index.
-        for e in self.log.entries:
-            if e.index > self.log.committed:
-                break
-            if e.type is EntryType.CONF_CHANGE:
-                self._apply_conf_change(ConfChange.decode(e.data))
-        self.log.applied = max(self.log.offset, min(applied, self.log.committed))
-        self.prev_hs = HardState(self.term, self.vote, self.log.committed)
-        self.prev_ss = SoftState(NONE, Role.FOLLOWER, self.term)
-        self._reset_prs()
-        self.become_follower(self.term, NONE)
-
-    # ------------------------------------------------------------------ observation
-    def soft_state(self) -> SoftState:
-        return SoftState(self.lead, self.role, self.term)
-
-    def hard_state(self) -> HardState:
-        return HardState(self.term, self.vote, self.log.committed)
-
-    def promotable(self) -> bool:
-        return self.id in self.conf.voters
-
-    def status(self) -> Status:
-        return Status(
-            id=self.id,
-            term=self.term,
-            role=self.role,
-            lead=self.lead,
-            commit=self.log.committed,
-            applied=self.log.applied,
-            last_index=self.log.last_index(),
-            first_index=self.log.first_index(),
-            voters=tuple(sorted(self.conf.voters)),
-            learners=tuple(sorted(self.conf.learners)),
-            progress={
-                pid: PeerProgress(p.match, p.next, p.state, p.is_learner)
-                for pid, p in sorted(self.prs.items())
-            }
-            if self.role is Role.LEADER
-            else {},
-        )
-
-    # ------------------------------------------------------------------ role transitions
-    def _reset(self, term: int) -> None:
-        if term != self.term:
-            self.term = term
-            self.vote = NONE
-        self.lead = NONE
-        self.election_elapsed = 0
-        self.heartbeat_elapsed = 0
-        self.down_campaign_at = 0
-        self.randomized_timeout = self.cfg.election_tick + self.rng.randrange(
-            self.cfg.election_tick
-        )
-        self.votes = {}
-        self.lead_transferee = NONE
-        self.leaving = False  # a removed leader handing over (see _hand_over)
-        self.forwarded = {}
-        self.forwarded_bytes = 0
-        self.reads.clear()
-        self.pending_reads.clear()
-        self._reset_prs()
-
-    def _reset_prs(self) -> None:
-        last = self.log.last_index()
-        self.prs = {
-            pid: Progress(last + 1, self.cfg.max_inflight, pid in self.conf.learners)
-            for pid in self.conf.members()
-        }
-        if self.id in self.prs:
-            self.prs[self.id].match = last
-
-    def become_follower(self, term: int, lead: NodeId) -> None:
-        self._reset(term)
-        self.role = Role.FOLLOWER
-        self.lead = lead
-
-    def _become_pre_candidate(self) -> None:
-        # Pre-vote does not change term or vote: a node that cannot win disrupts nobody.
-        self.role = Role.PRE_CANDIDATE
-        self.lead = NONE
-        self.votes = {}
-        self.down_campaign_at = 0
-
-    def _become_candidate(self) -> None:
-        self._reset(self.term + 1)
-        self.vote = self.id
-        self.role = Role.CANDIDATE
+class RaftCore(ReplicationCore):
+    """The Raft state machine; the layers below it (`ReplicationCore`, `CoreState`) hold its
+    fields, replication and ReadIndex. Its public methods are the whole interface."""
 
     def _become_leader(self) -> None:
         self._reset(self.term)
@@ -493,46 +336,6 @@ class RaftCore:
         elif t is MsgType.READ_INDEX_RESP:
             self.read_states.append(ReadState(m.index, m.context))
 
-    def _handle_append(self, m: Message) -> None:
-        log = self.log
-        if m.index < log.committed:
-            self._send(Message(MsgType.APP_RESP, m.frm, self.id, self.term, index=log.committed))
-            return
-        last_new = log.maybe_append(m.index, m.log_term, m.commit, m.entries)
-        if last_new is not None:
-            self._send(Message(MsgType.APP_RESP, m.frm, self.id, self.term, index=last_new))
-            return
-        hint = log.find_conflict_by_term(min(m.index, log.last_index()), m.log_term)
-        self._send(
-            Message(
-                MsgType.APP_RESP,
-                m.frm,
-                self.id,
-                self.term,
-                index=m.index,
-                reject=True,
-                reject_hint=hint,
-                log_term=log.term(hint) or 0,
-            )
-        )
-
-    def _handle_snapshot(self, m: Message) -> None:
-        s = m.snapshot
-        if s is None:
-            return
-        meta = s.meta
-        log = self.log
-        if meta.index <= log.committed:
-            pass  # stale: we already have everything it covers
-        elif log.match_term(meta.index, meta.term):
-            log.commit_to(meta.index)  # we hold that entry: just commit up to it
-        else:
-            log.restore(s)
-            self.conf = meta.conf
-            self._reset_prs()
-            self.notes.append(f"installing snapshot at index {meta.index} term {meta.term}")
-        self._send(Message(MsgType.APP_RESP, m.frm, self.id, self.term, index=log.last_index()))
-
     def _step_leader(self, m: Message) -> None:
         pr = self.prs.get(m.frm)
         t = m.type
@@ -600,81 +403,6 @@ class RaftCore:
             if m.context:
                 self._ack_read(m.context, m.frm)
 
-    # ------------------------------------------------------------------ replication out
-    def _send(self, m: Message) -> None:
-        self.msgs.append(m)
-
-    def _send_append(self, to: NodeId, allow_empty: bool = True) -> bool:
-        pr = self.prs[to]
-        if pr.is_paused():
-            return False
-        log = self.log
-        prev = pr.next - 1
-        prev_term = log.term(prev)
-        if prev_term is None:
-            if prev < log.offset:
-                return self._send_snapshot(to, pr)
-            prev = log.last_index()  # `next` ran past the log (after a truncation): re-probe
-            pr.next, prev_term = prev + 1, log.last_term()
-        ents = log.slice(pr.next, log.last_index() + 1, self.cfg.max_msg_bytes)
-        if not ents and not allow_empty:
-            return False
-        self._send(
-            Message(
-                MsgType.APP,
-                to,
-                self.id,
-                self.term,
-                log_term=prev_term,
-                index=prev,
-                entries=ents,
-                commit=log.committed,
-            )
-        )
-        pr.sent_entries(ents[-1].index if ents else prev, len(ents))
-        return True
-
-    def _send_snapshot(self, to: NodeId, pr: Progress) -> bool:
-        if not pr.recent_active:
-            return False  # do not stream a snapshot at a node that is probably down
-        meta = self.log.snapshot
-        self._send(Message(MsgType.SNAP, to, self.id, self.term, snapshot=Snapshot(meta)))
-        pr.become_snapshot(meta.index)
-        self.notes.append(f"sending snapshot at index {meta.index} to {to}")
-        return True
-
-    def _bcast_append(self) -> None:
-        for pid in self.prs:
-            if pid != self.id:
-                self._send_append(pid)
-
-    def _bcast_heartbeat(self, ctx: bytes) -> None:
-        for pid, pr in self.prs.items():
-            if pid != self.id:
-                # Never let a follower commit past what it is known to hold.
-                commit = min(pr.match, self.log.committed)
-                self._send(
-                    Message(MsgType.HEARTBEAT, pid, self.id, self.term, commit=commit, context=ctx)
-                )
-
-    def _maybe_commit(self) -> bool:
-        idx = quorum_index([self.prs[v].match for v in self.conf.voters if v in self.prs])
-        # §5.4.2: only entries of the current term are committed by counting.
-        if idx > self.log.committed and self.log.term(idx) == self.term:
-            first_in_term = self.log.term(self.log.committed) != self.term
-            self.log.commit_to(idx)
-            if first_in_term:
-                self._release_pending_reads()
-            return True
-        return False
-
-    def _append(self, entries: list[Entry]) -> None:
-        self.log.append(entries)
-        me = self.prs.get(self.id)
-        if me is not None:
-            me.maybe_update(self.log.last_index())
-        self._maybe_commit()
-
     # ------------------------------------------------------------------ local requests
     def propose(self, data: list[bytes]) -> tuple[int, int]:
         """Append normal entries (one per item) as leader. Returns (first index, term); the
@@ -721,65 +449,6 @@ class RaftCore:
             raise ProposalDropped("not the leader", self.lead)
         if self.lead_transferee != NONE or self.leaving:
             raise LeaderBusy("leadership transfer in progress", self.lead)
-
-    def read_index(self, ctx: bytes) -> None:
-        """Request a linearizable read point; answered as a ReadState with this (unique) ctx."""
-        if self.role is Role.LEADER:
-            self._read_index(ctx, NONE)
-        elif self.lead != NONE:
-            self._send(Message(MsgType.READ_INDEX, self.lead, self.id, self.term, context=ctx))
-        else:
-            raise ProposalDropped("no leader known", NONE)
-
-    def _read_index(self, ctx: bytes, frm: NodeId) -> None:
-        if self.log.term(self.log.committed) != self.term:
-            # Until we commit an entry of our term we do not know the real commit index.
-            self.pending_reads.append((ctx, frm))
-            return
-        req = _ReadRequest(self.log.committed, frm, {self.id})
-        if len(self.conf.voters) == 1:
-            self._answer_read(ctx, req)
-            return
-        self.reads[ctx] = req
-        self._bcast_heartbeat(ctx)
-
-    def _release_pending_reads(self) -> None:
-        pending, self.pending_reads = self.pending_reads, []
-        for ctx, frm in pending:
-            self._read_index(ctx, frm)
-
-    def _last_read_context(self) -> bytes:
-        return next(reversed(self.reads)) if self.reads else b""
-
-    def _ack_read(self, ctx: bytes, frm: NodeId) -> None:
-        req = self.reads.get(ctx)
-        if req is None:
-            return
-        req.acks.add(frm)
-        if sum(1 for v in self.conf.voters if v in req.acks) * 2 <= len(self.conf.voters):
-            return
-        # A quorum confirmed our leadership after every earlier request too: answer them all.
-        while self.reads:
-            first_ctx, first = next(iter(self.reads.items()))
-            del self.reads[first_ctx]
-            self._answer_read(first_ctx, first)
-            if first_ctx == ctx:
-                break
-
-    def _answer_read(self, ctx: bytes, req: _ReadRequest) -> None:
-        if req.frm == NONE:
-            self.read_states.append(ReadState(req.index, ctx))
-        else:
-            self._send(
-                Message(
-                    MsgType.READ_INDEX_RESP,
-                    req.frm,
-                    self.id,
-                    self.term,
-                    index=req.index,
-                    context=ctx,
-                )
-            )
 
     def transfer_leadership(self, target: NodeId) -> None:
         if self.role is not Role.LEADER:
@@ -841,33 +510,6 @@ class RaftCore:
     def compact(self, snapshot: SnapshotMeta, upto: int) -> None:
         """The driver saved `snapshot` of the state machine; forget log entries up to `upto`."""
         self.log.compact(snapshot, upto)
-
-    # ------------------------------------------------------------------ membership
-    def _apply_conf_change(self, cc: ConfChange) -> None:
-        voters, learners = set(self.conf.voters), set(self.conf.learners)
-        nid = cc.node_id
-        if cc.type is ConfChangeType.ADD_LEARNER:
-            if nid not in voters:
-                learners.add(nid)
-        elif cc.type is ConfChangeType.ADD_VOTER:
-            learners.discard(nid)
-            voters.add(nid)
-        else:
-            voters.discard(nid)
-            learners.discard(nid)
-        self.conf = ConfState(frozenset(voters), frozenset(learners))
-        last = self.log.last_index()
-        for pid in list(self.prs):
-            if pid not in self.conf.members():
-                del self.prs[pid]
-        for pid in self.conf.members():
-            pr = self.prs.get(pid)
-            if pr is None:
-                pr = self.prs[pid] = Progress(last + 1, self.cfg.max_inflight)
-                pr.recent_active = True
-                if pid == self.id:
-                    pr.match = last
-            pr.is_learner = pid in learners
 
     def _after_conf_change(self) -> None:
         if self.role is not Role.LEADER:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.raft.progress import ProgressState
-from orchestrator.raft.types import NONE, NodeId, Role
+from orchestrator.raft.types import NodeId, Role
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +58,6 @@ class Status:
     @property
     def is_leader(self) -> bool:
         return self.role is Role.LEADER
-
-    @property
-    def has_leader(self) -> bool:
-        return self.lead != NONE
 
     def to_wire(self) -> dict[str, Any]:
         """Plain data (msgpack, JSON): the client port's `status` answer."""

@@ -113,12 +113,6 @@ class Unavailable(StoreError):
     code = "unavailable"
 
 
-class WatchCancelled(StoreError):
-    """A watch was ended by the server (slow consumer, compaction, shutdown): re-list."""
-
-    code = "watch_cancelled"
-
-
 # ---------------------------------------------------------------------------- commands
 class Op:
     CREATE = "create"  # [op, key, value]

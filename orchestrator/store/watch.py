@@ -74,13 +74,14 @@ import itertools
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, final
 
 import trio
 
 from orchestrator.store.types import Compacted, Event
+from orchestrator.store.watch_registry import WatcherRegistry
 
 __all__ = ["HistorySource", "WatchHub", "WatchResponse", "Watcher"]
 
@@ -321,40 +322,6 @@ class Watcher:
             self._lot.unpark_all()
 
 
-@dataclass
-class _Registry:
-    """Active watchers. Synced ones are grouped by prefix for `publish`."""
-
-    unsynced: dict[Watcher, None] = field(default_factory=dict)
-    groups: dict[str, dict[Watcher, None]] = field(default_factory=dict)
-    lens: list[int] = field(default_factory=list)  # sorted distinct len(prefix) of groups
-    len_count: dict[int, int] = field(default_factory=dict)  # groups per prefix length
-    progress: dict[Watcher, None] = field(default_factory=dict)  # progress_notify watchers
-
-    def add_synced(self, w: Watcher) -> None:
-        group = self.groups.get(w.prefix)
-        if group is None:
-            group = self.groups[w.prefix] = {}
-            n = len(w.prefix)
-            self.len_count[n] = self.len_count.get(n, 0) + 1
-            if self.len_count[n] == 1:
-                self.lens.insert(bisect_left(self.lens, n), n)
-        group[w] = None
-
-    def remove_synced(self, w: Watcher) -> None:
-        group = self.groups.get(w.prefix)
-        if group is None or w not in group:
-            return
-        del group[w]
-        if not group:
-            del self.groups[w.prefix]
-            n = len(w.prefix)
-            self.len_count[n] -= 1
-            if self.len_count[n] == 0:
-                del self.len_count[n]
-                self.lens.remove(n)
-
-
 @final
 class WatchHub:
     """Fans the store's events out to prefix watchers (see the module docstring).
@@ -394,7 +361,7 @@ class WatchHub:
         self._ring_revs: list[int] = []
         self._ring_head = 0
         self._ring_floor = self._revision
-        self._reg = _Registry()
+        self._reg: WatcherRegistry[Watcher] = WatcherRegistry()
         self._closed: str | None = None
         self._closed_event = trio.Event()
         self._cancelled_slow = 0

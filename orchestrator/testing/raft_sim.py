@@ -38,252 +38,43 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from orchestrator.raft.core import RaftConfig, RaftCore, bootstrap
+from orchestrator.raft.core_state import RaftConfig
 from orchestrator.raft.statemachine import pack_batch
 from orchestrator.raft.types import (
     ConfChange,
     ConfChangeType,
     Entry,
-    EntryType,
-    HardState,
     Message,
     MsgType,
     NodeId,
     ProposalDropped,
-    Ready,
     Role,
     Snapshot,
     SnapshotMeta,
 )
 from orchestrator.store.types import Compacted as StoreCompacted
 from orchestrator.testing.linearizability import Operation, check_history
-from orchestrator.testing.machines import MVCCMachine, SimStateMachine
+from orchestrator.testing.machines import MVCCMachine
+from orchestrator.testing.raft_sim_node import (
+    BATCH_BYTES,
+    BATCH_IDS,
+    ENVELOPE,
+    Pending,
+    SimFailure,
+    SimNode,
+    SimOp,
+    StateMachineFactory,
+)
+
+__all__ = ["SimFailure", "SimResult", "Simulation", "run_seed"]
 
 TICK_MS = 100
 CLIENT_TIMEOUT_MS = 4000
-
-
-class SimFailure(AssertionError):
-    """A safety or liveness property was violated; the message names it."""
-
-
-StateMachineFactory = Callable[[], SimStateMachine]
-# The entry's id, so a forwarding server recognises its entry: a client op id, or (from
-# _BATCH_IDS on) a batch id, whose ops are `Simulation.batch_ops[id]`.
-_ENVELOPE = struct.Struct("!Q")
-_BATCH_IDS = 1 << 48
-# Command bytes per batch entry (RaftNode's _BATCH_BYTES scaled to the simulation's commands of a
-# few dozen bytes and its 4 KiB messages): a busy server's queue splits into several entries.
-BATCH_BYTES = 96
-
-
-# ---------------------------------------------------------------------------- nodes
-@dataclass
-class Disk:
-    hard_state: HardState = field(default_factory=HardState)
-    snapshot: Snapshot = field(default_factory=lambda: Snapshot(SnapshotMeta()))
-    entries: list[Entry] = field(default_factory=list)
-
-
-@dataclass
-class Pending:
-    eid: int  # envelope id: an op id or a batch id
-    index: int
-    term: int
-
-
-class SimNode:
-    def __init__(self, sim: Simulation, nid: NodeId, founders: list[NodeId]) -> None:
-        self.sim = sim
-        self.id = nid
-        self.disk = Disk()
-        if founders:
-            self.disk.hard_state, self.disk.entries = bootstrap(founders)
-        self.sm = sim.sm_factory()
-        self.alive = False
-        self.removed = False
-        self.core: RaftCore
-        self.pending: dict[int, Pending] = {}  # index -> write (or batch) waiting for apply
-        self.forwarded: set[int] = set()  # envelope ids of entries forwarded to the leader
-        self.queue: list[tuple[int, bytes]] = []  # (op id, command) held for a batch
-        self.reads: dict[bytes, int] = {}  # read context -> op id
-        self.read_waits: list[tuple[int, int]] = []  # (read index, op id)
-        self.last_snapshot_index = 0
-
-    def start(self) -> None:
-        sim = self.sim
-        self.sm.open()
-        snap = self.disk.snapshot
-        if self.sm.applied_index() < snap.meta.index:
-            # RaftNode refuses to start like this: the state machine is synced before the log
-            # is compacted behind it.
-            raise SimFailure(f"node {self.id}: state machine behind its Raft snapshot")
-        self.core = RaftCore(
-            sim.raft_config(self.id),
-            random.Random(sim.rng.random()),
-            hard_state=self.disk.hard_state,
-            snapshot=snap.meta,
-            entries=list(self.disk.entries),
-            applied=self.sm.applied_index(),
-        )
-        self.last_snapshot_index = snap.meta.index
-        self.alive = True
-        self.pending.clear()
-        self.reads.clear()
-        self.read_waits.clear()
-
-    def crash(self) -> None:
-        sim = self.sim
-        self.alive = False
-        self.sm.close()
-        sim.watchers_lost_node(self)
-        for eid in [p.eid for p in self.pending.values()] + list(self.forwarded):
-            for op_id in sim.ops_of(eid):
-                sim.op_indeterminate(op_id)
-        self.forwarded.clear()
-        for op_id, _ in self.queue:
-            sim.op_failed(op_id)  # never proposed: certainly no effect
-        self.queue.clear()
-        for op_id in list(self.reads.values()) + [o for _, o in self.read_waits]:
-            self.sim.op_abandoned(op_id)
-        self.pending.clear()
-        self.reads.clear()
-        self.read_waits.clear()
-
-    # The production driver loop, step for step.
-    def process(self) -> None:
-        core = self.core
-        while self.alive and core.has_ready():
-            rd = core.ready()
-            self._persist(rd)
-            for m in rd.messages:
-                self.sim.network_send(self, m)
-            self._apply(rd)
-            core.advance(rd)
-            self._after_advance(rd)
-
-    def _persist(self, rd: Ready) -> None:
-        d = self.disk
-        if rd.snapshot is not None:
-            d.snapshot = rd.snapshot
-            d.entries = []
-        if rd.entries:
-            # The disk log is contiguous: truncate at the first new index, then append.
-            first = rd.entries[0].index
-            if d.entries:
-                del d.entries[max(0, first - d.entries[0].index) :]
-            d.entries.extend(rd.entries)
-        if rd.hard_state is not None:
-            d.hard_state = rd.hard_state
-
-    def _apply(self, rd: Ready) -> None:
-        sim = self.sim
-        if rd.snapshot is not None:
-            meta = rd.snapshot.meta
-            self.sm.restore(meta.index, rd.snapshot.data)
-            # A restore produces no events; watchers resume from history.
-            self.sim.watchers_resync(self)
-            self.last_snapshot_index = meta.index
-            sim.check_snapshot(self, meta.index, self.sm.digest())
-            for idx in [i for i in self.pending if i <= meta.index]:
-                # Superseded by the snapshot: outcome unknown to this server.
-                for op_id in sim.ops_of(self.pending.pop(idx).eid):
-                    sim.op_indeterminate(op_id)
-            for eid in self.forwarded:
-                for op_id in sim.ops_of(eid):
-                    sim.op_indeterminate(op_id)
-            self.forwarded.clear()
-        if rd.committed:
-            # Strip the envelopes (op or batch ids), as RaftNode does, before the state machine.
-            eids: list[int | None] = []
-            entries = []
-            for e in rd.committed:
-                if e.type is EntryType.NORMAL and e.data:
-                    eids.append(_ENVELOPE.unpack_from(e.data)[0])
-                    e = Entry(e.term, e.index, e.type, e.data[_ENVELOPE.size :])
-                else:
-                    eids.append(None)
-                entries.append(e)
-            applied = self.sm.apply(entries)
-            sim.check_events(self, list(applied.events))
-            for e, res, fwd_id in zip(rd.committed, applied.results, eids, strict=True):
-                sim.check_applied(self, e)
-                p = self.pending.pop(e.index, None)
-                if p is not None:
-                    if p.term == e.term:
-                        self._entry_done(p.eid, res)
-                    else:
-                        for op_id in sim.ops_of(p.eid):
-                            sim.op_failed(op_id)
-                if fwd_id is not None and fwd_id in self.forwarded:
-                    self.forwarded.discard(fwd_id)
-                    self._entry_done(fwd_id, res)
-        for rs in rd.read_states:
-            read_op = self.reads.pop(rs.context, None)
-            if read_op is not None:
-                self.read_waits.append((rs.index, read_op))
-        self._serve_reads()
-        if rd.soft_state is not None and rd.soft_state.role is Role.LEADER:
-            sim.on_leader(self)
-        if rd.soft_state is not None and rd.soft_state.role is not Role.LEADER:
-            # Lost leadership: local read requests will never be answered.
-            for op_id in self.reads.values():
-                sim.op_abandoned(op_id)
-            self.reads.clear()
-
-    def _entry_done(self, eid: int, result: object) -> None:
-        """An entry this server proposed or forwarded was applied with `result`: its op is
-        done, or, for a batch, each op with its own command's result (RaftNode's _BatchWaiter;
-        here anything but one result per command is a failure of the state machine)."""
-        sim = self.sim
-        if eid < _BATCH_IDS:
-            sim.op_done(eid, self.sm.output(sim.ops[eid].kind, result))
-            return
-        op_ids = sim.batch_ops[eid]
-        if not isinstance(result, list) or len(result) != len(op_ids):
-            raise SimFailure(
-                f"node {self.id}: batch {eid} of {len(op_ids)} commands applied with result "
-                f"{result!r:.200}, not one result per command"
-            )
-        for op_id, res in zip(op_ids, result, strict=True):
-            sim.op_done(op_id, self.sm.output(sim.ops[op_id].kind, res))
-
-    def _serve_reads(self) -> None:
-        applied = self.sm.applied_index()
-        keep = []
-        for idx, op_id in self.read_waits:
-            if idx <= applied:
-                self.sim.op_done(op_id, self.sm.read(self.sim.ops[op_id].key))
-            else:
-                keep.append((idx, op_id))
-        self.read_waits = keep
-
-    def _after_advance(self, rd: Ready) -> None:
-        sim = self.sim
-        for m in rd.messages:
-            if m.type is MsgType.SNAP:
-                self.core.report_snapshot(m.to, True)
-        applied = self.core.log.applied
-        if applied - self.last_snapshot_index >= sim.snapshot_every:
-            # Like RaftNode: the state machine's database is the snapshot; sync it and keep
-            # only the metadata with the log.
-            self.sm.sync()
-            index = self.sm.applied_index()
-            term = self.core.log.term(index)
-            assert term is not None
-            meta = SnapshotMeta(index, term, self.core.conf)
-            upto = max(self.core.log.offset, index - sim.keep_tail)
-            self.disk.snapshot = Snapshot(meta)
-            self.disk.entries = [e for e in self.disk.entries if e.index > upto]
-            self.core.compact(meta, upto)
-            self.last_snapshot_index = index
-            sim.check_snapshot(self, index, self.sm.digest())
 
 
 # ---------------------------------------------------------------------------- simulation
@@ -299,19 +90,6 @@ class SimResult:
     notes: list[str]
     batches: int = 0  # batch entries made (two commands or more; refused ones too)
     batched_ops: int = 0  # the client writes inside them
-
-
-@dataclass
-class _Op:
-    client: int
-    kind: str
-    key: str
-    value: bytes | None
-    expected: bytes | None
-    call: int
-    ret: int | None = None
-    output: object = None
-    state: str = "pending"  # pending | done | failed | indeterminate
 
 
 @dataclass
@@ -369,7 +147,7 @@ class Simulation:
         self.leaders_by_term: dict[int, NodeId] = {}
         self.applied: dict[int, tuple[int, int, bytes]] = {}
         self.snap_digests: dict[int, Any] = {}
-        self.ops: list[_Op] = []
+        self.ops: list[SimOp] = []
         self.leader_guess: dict[int, NodeId] = {}
         # Watch model: the committed events by revision (every replica must produce the same),
         # and watchers attached to servers that must see each revision once, in order.
@@ -377,7 +155,6 @@ class Simulation:
         self.watchers: list[_SimWatcher] = []
         self.n_events = 0
         self.log_lines: list[str] = []
-        self.member_change: str | None = None  # what membership change is in progress
         founders = list(range(1, self.n_initial + 1))
         for nid in founders:
             self.nodes[nid] = SimNode(self, nid, founders)
@@ -390,7 +167,7 @@ class Simulation:
         if self.nodes[founders[0]].sm.accepts_batches:
             self.batch_rate = r.choice([0.0, 0.5, 0.9, 1.0])
             self.batch_wait = r.choice([2, 10, 30])
-        self.batch_ids = itertools.count(_BATCH_IDS)
+        self.batch_ids = itertools.count(BATCH_IDS)
         self.batch_ops: dict[int, list[int]] = {}  # batch id -> its ops, in command order
         self.n_batched_ops = 0
 
@@ -789,7 +566,7 @@ class Simulation:
             # Expect a value that was written recently, or absence.
             seen = [o.value for o in self.ops[-10:] if o.key == key and o.kind == "put"]
             expected = r.choice(seen) if seen and r.random() < 0.8 else None
-        op = _Op(c, kind, key, value if kind in ("put", "cas") else None, expected, self.now)
+        op = SimOp(c, kind, key, value if kind in ("put", "cas") else None, expected, self.now)
         self.ops.append(op)
         op_id = len(self.ops) - 1
         candidates = self._alive()
@@ -818,7 +595,7 @@ class Simulation:
                     node.queue.append((op_id, command))
                     self.at(CLIENT_TIMEOUT_MS, lambda: self._client_timeout(op_id))
                     return
-                data = _ENVELOPE.pack(op_id) + command
+                data = ENVELOPE.pack(op_id) + command
                 if node.core.role is not Role.LEADER and r.random() < 0.5:
                     node.core.forward([data])  # like RaftNode on a follower
                     node.forwarded.add(op_id)
@@ -834,7 +611,7 @@ class Simulation:
 
     def ops_of(self, eid: int) -> list[int]:
         """The client ops an entry's envelope id stands for."""
-        return self.batch_ops[eid] if eid >= _BATCH_IDS else [eid]
+        return self.batch_ops[eid] if eid >= BATCH_IDS else [eid]
 
     def _flush(self, node: SimNode) -> None:
         """Propose (or, on a follower, maybe forward) the writes held at `node` as RaftNode's
@@ -860,7 +637,7 @@ class Simulation:
                 self.n_batched_ops += j - i
                 payload = pack_batch([command for _, command in queue[i:j]])
             eids.append(eid)
-            data.append(_ENVELOPE.pack(eid) + payload)
+            data.append(ENVELOPE.pack(eid) + payload)
             i = j
         forward = node.core.role is not Role.LEADER and self.rng.random() < 0.5
         how = "forwards" if forward else "proposes"

@@ -28,7 +28,8 @@ from typing import Any
 
 import msgpack
 
-from orchestrator.raft.core import RaftConfig, RaftCore, bootstrap
+from orchestrator.raft.core import RaftCore, bootstrap
+from orchestrator.raft.core_state import RaftConfig
 from orchestrator.raft.types import (
     ConfChange,
     ConfChangeType,

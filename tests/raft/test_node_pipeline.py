@@ -25,7 +25,8 @@ import trio
 from harness import Cluster
 
 from orchestrator.raft.core import RaftCore
-from orchestrator.raft.node import _ENVELOPE, NodeConfig, RaftNode
+from orchestrator.raft.node import NodeConfig, RaftNode
+from orchestrator.raft.node_state import ENVELOPE
 from orchestrator.raft.statemachine import Applied
 from orchestrator.raft.types import Entry, HardState, Message, MsgType, Ready, Snapshot
 from orchestrator.raft.waiters import Waiter
@@ -138,7 +139,7 @@ async def test_a_follower_acknowledges_once_persisted_while_it_applies(tmp_path:
 async def test_a_leader_answers_while_its_new_entries_are_persisted(tmp_path: Path) -> None:
     c = elected()
     rid = 12345
-    a_index, _ = c.propose(1, _ENVELOPE.pack(1, rid) + b"a")  # persisted (harness)
+    a_index, _ = c.propose(1, ENVELOPE.pack(1, rid) + b"a")  # persisted (harness)
     c.deliver_round()  # the followers acknowledge a
     core = c[1]
     for m in c.take(lambda m: m.to == 1):
