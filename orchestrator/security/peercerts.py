@@ -61,10 +61,10 @@ from orchestrator.security.pki import (
     cert_to_pem,
     default_sans,
     general_name,
+    issue_leaf,
     key_to_pem,
     load_ca,
     new_ca,
-    new_key,
     pair_lock,
     san_key,
     signed_by,
@@ -271,39 +271,8 @@ def _issue(
     now: dt.datetime,
     sans: list[x509.GeneralName] | None,
 ) -> tuple[bytes, bytes]:
-    key = new_key()
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(min(now + dt.timedelta(days=LEAF_DAYS), ca_cert.not_valid_after_utc))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-            critical=False,
-        )
-    )
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return cert_to_pem(builder.sign(ca_key, hashes.SHA256())), key_to_pem(key)
+    cert, key = issue_leaf(ca_cert, ca_key, subject, usages, now, LEAF_DAYS, sans)
+    return cert_to_pem(cert), key_to_pem(key)
 
 
 def _current(cert_path: Path, key_path: Path) -> x509.Certificate | None:

@@ -30,7 +30,7 @@ import hashlib
 import ipaddress
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,11 +197,11 @@ def new_ca(now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateK
     return cert, key
 
 
-def _leaf(
+def issue_leaf(
     ca_cert: x509.Certificate,
     ca_key: ec.EllipticCurvePrivateKey,
     subject: x509.Name,
-    usage: x509.ObjectIdentifier,
+    usage: x509.ObjectIdentifier | Sequence[x509.ObjectIdentifier],
     now: dt.datetime,
     days: int,
     sans: list[x509.GeneralName] | None = None,
@@ -217,12 +217,13 @@ def _leaf_for(
     ca_key: ec.EllipticCurvePrivateKey,
     public_key: ec.EllipticCurvePublicKey,
     subject: x509.Name,
-    usage: x509.ObjectIdentifier,
+    usage: x509.ObjectIdentifier | Sequence[x509.ObjectIdentifier],
     now: dt.datetime,
     days: int,
     sans: list[x509.GeneralName] | None = None,
 ) -> x509.Certificate:
-    """A leaf signed by the CA for `public_key`."""
+    """A leaf signed by the CA for `public_key`, for one extended key usage or several."""
+    usages = [usage] if isinstance(usage, x509.ObjectIdentifier) else list(usage)
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -246,7 +247,7 @@ def _leaf_for(
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
             critical=False,
@@ -362,7 +363,7 @@ def _serving_leaf(
     names: list[x509.GeneralName],
     now: dt.datetime,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    return _leaf(
+    return issue_leaf(
         ca_cert,
         ca_key,
         x509_name(SERVING_COMMON_NAME),
@@ -443,7 +444,7 @@ def issue_client_cert(
     now: dt.datetime | None = None,
 ) -> tuple[bytes, bytes]:
     """A client certificate (CN = user, O = groups) and its key, both PEM. Nothing is stored."""
-    cert, key = _leaf(
+    cert, key = issue_leaf(
         pki.ca_cert,
         pki.ca_key,
         x509_name(common_name, organizations),
@@ -465,7 +466,7 @@ def issue_serving_cert(
     """A server certificate for another component (a node agent's log endpoint) and its key,
     both PEM, for `default_sans()` plus `sans` (IP addresses or DNS names). Nothing is stored."""
     names = [general_name(s) for s in dict.fromkeys([*default_sans(), *sans]) if s]
-    cert, key = _leaf(
+    cert, key = issue_leaf(
         pki.ca_cert,
         pki.ca_key,
         x509_name(common_name),
