@@ -23,16 +23,19 @@ needs them, whatever the other levels do. The `exempt` level never waits and is 
 
 A request that does not fit waits in its level, in one of `queues` FIFO queues chosen by
 shuffle sharding: the flow (the user, or user and namespace) is hashed to a hand of
-`hand_size` queues and the request joins the shortest of them, so one flow fills at most a
-hand of queues and flows rarely share all of theirs. When seats free up, each level hands
+`hand_size` queues and its first waiting request joins the shortest of them, so flows rarely
+share a queue. Unlike kube-apiserver, a flow's later requests join the queue its earlier ones
+still wait in (a flow spreads over its whole hand there, taking up to `hand_size` turns per
+round against one for a light flow); here a backlogged flow holds one queue, so each gets an
+equal share of turns. When seats free up, each level hands
 them to its queues in virtual-time order (start-time fair queuing, as APF's
 `nextDispatchR`): the queue with the smallest `next_r` goes first; dispatching charges it
 `width * service_estimate` seat-seconds, and finishing corrects the charge to the seat-seconds
 actually used, so a flow of slow requests gets fewer dispatches than a flow of fast ones. A
 queue that starts waiting begins at the level's virtual clock (the start tag of the last
 dispatch), so an idle flow earns no credit to burst with later. Freed seats go first to the
-level that freed them, then to the levels under their nominal seats, then to the borrowers,
-each in configuration order.
+levels under their nominal seats (owed what they lent), then to the borrowers, each in
+configuration order.
 
 Refusals (the request is told to retry later, a 429): `queue-full` (the chosen queue holds
 `queue_length_limit` requests), `concurrency-limit` (a level without queues has no seat),
@@ -138,6 +141,7 @@ class Ticket:
         "deadline",
         "dispatched_at",
         "enqueued_at",
+        "flow",
         "level",
         "queue",
         "reason",
@@ -150,6 +154,7 @@ class Ticket:
         self.width = width
         self.state = state
         self.reason = ""
+        self.flow = ""
         self.queue: _Queue | None = None
         self.enqueued_at = 0.0
         self.dispatched_at = 0.0
@@ -169,18 +174,20 @@ class Ticket:
 
 
 class _Queue:
-    __slots__ = ("executing", "index", "next_r", "requests")
+    __slots__ = ("executing", "index", "next_r", "requests", "turn")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.requests: deque[Ticket] = deque()
         self.executing = 0  # seats held by tickets dispatched from this queue
         self.next_r = 0.0  # virtual time (seat-seconds) of this queue's next dispatch
+        self.turn = 0  # the level's dispatch count at this queue's last dispatch (ties)
 
 
 class _Level:
     __slots__ = (
         "config",
+        "flows",
         "guaranteed",
         "in_use",
         "index",
@@ -200,6 +207,8 @@ class _Level:
         self.in_use = 0  # seats of executing tickets
         self.waiting = 0  # queued tickets
         self.queues: dict[int, _Queue] = {}  # created on first use
+        # flow -> (its queue, its queued tickets) for the flows with queued tickets
+        self.flows: dict[str, tuple[_Queue, int]] = {}
         self.vclock = 0.0  # start tag of the last dispatch
         self.max_width = 1  # seats a request of this level may take (set by `FairQueues`)
 
@@ -249,6 +258,7 @@ class FairQueues:
         # sum over counted levels of max(in_use, guaranteed): at most `total`.
         self._occupied = sum(lv.guaranteed for lv in self.levels if not lv.config.exempt)
         self._waiting_levels: set[int] = set()  # levels with queued tickets
+        self._turns = 0  # dispatches from a queue so far
         for lv in self.levels:
             others = sum(k.guaranteed for k in self.levels if k is not lv and not k.config.exempt)
             lv.max_width = self.total if lv.config.exempt else max(1, self.total - others)
@@ -314,13 +324,16 @@ class FairQueues:
         if cfg.queues == 0:
             ticket.state, ticket.reason = TicketState.REJECTED, "concurrency-limit"
             return ticket
-        queue = self._choose_queue(level, flow)
+        held = level.flows.get(flow)
+        queue = held[0] if held is not None else self._choose_queue(level, flow)
         if bounded and len(queue.requests) >= cfg.queue_length_limit:
             ticket.state, ticket.reason = TicketState.REJECTED, "queue-full"
             return ticket
         if not queue.requests and not queue.executing:
             queue.next_r = max(queue.next_r, level.vclock)
         ticket.queue = queue
+        ticket.flow = flow
+        level.flows[flow] = (queue, held[1] + 1 if held is not None else 1)
         ticket.enqueued_at = now
         ticket.deadline = now + self.config.queue_wait if bounded else math.inf
         queue.requests.append(ticket)
@@ -346,32 +359,42 @@ class FairQueues:
 
     # ---- dispatch ----------------------------------------------------------------------------
 
+    @staticmethod
+    def _unqueued(level: _Level, ticket: Ticket) -> None:
+        level.waiting -= 1
+        queue, count = level.flows[ticket.flow]
+        if count == 1:
+            del level.flows[ticket.flow]
+        else:
+            level.flows[ticket.flow] = (queue, count - 1)
+
     def _dispatch_level(self, level: _Level, now: float, out: list[Ticket]) -> None:
         """Dispatch `level`'s queued tickets in virtual-time order while they fit."""
         while level.waiting:
             queue = min(
                 (q for q in level.queues.values() if q.requests),
-                key=lambda q: (q.next_r, q.index),
+                # Ties (requests that took no time at all) go round-robin.
+                key=lambda q: (q.next_r, q.turn, q.index),
             )
             head = queue.requests[0]
             if not self._fits(level, head.width):
                 return
             queue.requests.popleft()
-            level.waiting -= 1
+            self._unqueued(level, head)
             level.vclock = max(level.vclock, queue.next_r)
             queue.next_r += head.width * self.config.service_estimate
             queue.executing += head.width
+            self._turns += 1
+            queue.turn = self._turns
             head.dispatched_at = now
             self._start(level, head)
             out.append(head)
         self._waiting_levels.discard(level.index)
 
-    def _dispatch(self, first: _Level | None, now: float) -> list[Ticket]:
+    def _dispatch(self, now: float) -> list[Ticket]:
         out: list[Ticket] = []
         if not self._waiting_levels:
             return out
-        if first is not None and first.waiting:
-            self._dispatch_level(first, now, out)
         # Owed levels (under their nominal seats) before the borrowers, each in config order.
         for owed in (True, False):
             for index in sorted(self._waiting_levels):
@@ -398,7 +421,7 @@ class FairQueues:
             used = max(0.0, now - ticket.dispatched_at)
             queue.next_r += ticket.width * (used - self.config.service_estimate)
             ticket.queue = None
-        return self._dispatch(level, now)
+        return self._dispatch(now)
 
     def withdraw(self, ticket: Ticket, now: float, reason: str = "cancelled") -> list[Ticket]:
         """Take a queued ticket out of its queue (its caller gave up); the tickets this lets
@@ -409,10 +432,10 @@ class FairQueues:
         ticket.queue = None
         ticket.state, ticket.reason = TicketState.WITHDRAWN, reason
         level = self.levels[ticket.level]
-        level.waiting -= 1
+        self._unqueued(level, ticket)
         if not level.waiting:
             self._waiting_levels.discard(level.index)
-        return self._dispatch(None, now)
+        return self._dispatch(now)
 
     def expire(self, now: float) -> tuple[list[Ticket], list[Ticket]]:
         """Withdraw (reason `time-out`) every queued ticket whose deadline passed; returns
@@ -442,8 +465,13 @@ class FairQueues:
             assert lv.in_use >= 0, lv.config.name
             assert all(q.executing >= 0 for q in lv.queues.values()), lv.config.name
             assert sum(q.executing for q in lv.queues.values()) <= lv.in_use, lv.config.name
+            flows: dict[str, int] = {}
             for q in lv.queues.values():
                 assert all(t.state is TicketState.QUEUED and t.queue is q for t in q.requests)
+                for t in q.requests:
+                    assert lv.flows[t.flow][0] is q, (lv.config.name, t.flow)
+                    flows[t.flow] = flows.get(t.flow, 0) + 1
+            assert flows == {f: n for f, (_q, n) in lv.flows.items()}, lv.config.name
             if not lv.config.exempt:
                 occupied += max(lv.in_use, lv.guaranteed)
         assert occupied == self._occupied, (occupied, self._occupied)

@@ -61,7 +61,9 @@ _CACHE_LIMIT = 4096  # classified (user, group, resource) kept; cleared when ful
 @dataclass(frozen=True, slots=True)
 class FlowControlConfig:
     """`max_requests_inflight`: the seats of all levels (0: no gate at all). `queue_wait`:
-    seconds a bounded request may wait. `retry_after`: seconds a refusal asks to wait."""
+    seconds a bounded request may wait. `retry_after`: seconds a refusal asks to wait.
+    `levels`: the priority levels (`classify.DEFAULT_LEVELS`); a level `classify` names but
+    `levels` lacks is replaced by the last non-exempt level of `levels`."""
 
     max_requests_inflight: int = DEFAULT_MAX_REQUESTS_INFLIGHT
     queue_wait: float = 15.0
@@ -167,6 +169,10 @@ class FlowControl:
         self._metrics = _Metrics(registry)
         self._classes: dict[tuple[User, str, str], _Class] = {}
         core = self._core
+        # A configuration without some level of `classify`'s sends its requests to the last
+        # counted level (the catch-all: `global-default` in the default configuration).
+        self._level_of = {lv.config.name: lv.index for lv in core.levels}
+        self._catch_all = [lv.index for lv in core.levels if not lv.config.exempt][-1]
         for lv in core.levels:
             name = lv.config.name
             self._metrics.nominal.labels(name).set(lv.nominal)
@@ -190,7 +196,8 @@ class FlowControl:
             if len(self._classes) >= _CACHE_LIMIT:
                 self._classes.clear()
             route = classify(user, group, resource)
-            cls = _Class(route, self._core.level_index(route.level), self._metrics)
+            level = self._level_of.get(route.level, self._catch_all)
+            cls = _Class(route, level, self._metrics)
             self._classes[key] = cls
         return cls
 
