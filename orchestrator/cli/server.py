@@ -32,7 +32,7 @@ DEFAULT_CLIENT = "127.0.0.1:7101"
 DEFAULT_API = "127.0.0.1:6443"
 # `apiserver.flowcontrol.DEFAULT_MAX_REQUESTS_INFLIGHT`, not imported: this module stays light
 # (a test checks the two agree).
-DEFAULT_MAX_REQUESTS_INFLIGHT = 100
+DEFAULT_MAX_REQUESTS_INFLIGHT = 600
 
 
 def _parse_cluster(text: str) -> dict[int, str]:
@@ -180,7 +180,7 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help="seats of the API's overload gate (API Priority and Fairness), shared by its "
         "priority levels: beyond them requests wait in fair queues or get 429 Retry-After "
-        f"(default {DEFAULT_MAX_REQUESTS_INFLIGHT}, for a 2-core device; 0: no limit)",
+        f"(default {DEFAULT_MAX_REQUESTS_INFLIGHT}, as kube-apiserver's 400 + 200; 0: no limit)",
     )
     s.add_argument("--plain-http", action="store_true", help=argparse.SUPPRESS)
 

@@ -174,12 +174,13 @@ class Ticket:
 
 
 class _Queue:
-    __slots__ = ("executing", "index", "next_r", "requests", "turn")
+    __slots__ = ("executing", "index", "next_r", "requests", "turn", "waiting_seats")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.requests: deque[Ticket] = deque()
         self.executing = 0  # seats held by tickets dispatched from this queue
+        self.waiting_seats = 0  # sum of the widths of `requests`
         self.next_r = 0.0  # virtual time (seat-seconds) of this queue's next dispatch
         self.turn = 0  # the level's dispatch count at this queue's last dispatch (ties)
 
@@ -337,6 +338,7 @@ class FairQueues:
         ticket.enqueued_at = now
         ticket.deadline = now + self.config.queue_wait if bounded else math.inf
         queue.requests.append(ticket)
+        queue.waiting_seats += width
         level.waiting += 1
         # Nothing to dispatch now: the ticket waits because its level's queue heads do not
         # fit, and only a `finish` or a `withdraw` changes that.
@@ -351,7 +353,7 @@ class FairQueues:
             queue = level.queues.get(index)
             if queue is None:
                 queue = level.queues[index] = _Queue(index)
-            length = sum(t.width for t in queue.requests) + queue.executing
+            length = queue.waiting_seats + queue.executing
             if best is None or length < best_len:
                 best, best_len = queue, length
         assert best is not None
@@ -380,6 +382,7 @@ class FairQueues:
             if not self._fits(level, head.width):
                 return
             queue.requests.popleft()
+            queue.waiting_seats -= head.width
             self._unqueued(level, head)
             level.vclock = max(level.vclock, queue.next_r)
             queue.next_r += head.width * self.config.service_estimate
@@ -429,6 +432,7 @@ class FairQueues:
         if ticket.state is not TicketState.QUEUED or ticket.queue is None:
             return []
         ticket.queue.requests.remove(ticket)
+        ticket.queue.waiting_seats -= ticket.width
         ticket.queue = None
         ticket.state, ticket.reason = TicketState.WITHDRAWN, reason
         level = self.levels[ticket.level]
@@ -468,6 +472,7 @@ class FairQueues:
             flows: dict[str, int] = {}
             for q in lv.queues.values():
                 assert all(t.state is TicketState.QUEUED and t.queue is q for t in q.requests)
+                assert q.waiting_seats == sum(t.width for t in q.requests), lv.config.name
                 for t in q.requests:
                     assert lv.flows[t.flow][0] is q, (lv.config.name, t.flow)
                     flows[t.flow] = flows.get(t.flow, 0) + 1
