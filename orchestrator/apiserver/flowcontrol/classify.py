@@ -35,7 +35,8 @@ collections) is not applied: the fair queuing charges each flow the seat-seconds
 used (`fairqueue`), so a flow of slow lists already gets fewer turns; the core accepts wider
 requests if a later estimate wants them. Watches hold their seat only while they open, not
 while they stream (as kube-apiserver does for long-running requests); Raft traffic is not
-HTTP and never meets this gate.
+HTTP and never meets this gate. Nor do the probes, `/version`, discovery, OpenAPI, `/metrics`
+and `/orchestrator/v1/` (joins): cheap or cached, and needed to see and mend an overload.
 """
 
 from __future__ import annotations
