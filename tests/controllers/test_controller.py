@@ -283,7 +283,7 @@ async def test_busy_answers_back_off_through_the_limiter_honouring_retry_after(
     assert times["slow"] == [0.0, 1.0]  # the limiter's 1 s beats a Retry-After of 0.5 s
     assert value(reg, 'controller_runtime_reconcile_errors_total{controller="busy"}') == 4
     # One warning line (rate-limited), never a traceback, for a busy server.
-    busy = [r for r in caplog.records if "busy" in r.getMessage()]
+    busy = [r for r in caplog.records if "the server is busy" in r.getMessage()]
     assert busy
     assert all(r.levelname == "WARNING" and r.exc_info is None for r in busy)
     assert len(busy) < 4
