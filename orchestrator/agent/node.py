@@ -17,7 +17,9 @@ it current, as the kubelet does (KEP-589):
   this is the frequent heartbeat the node lifecycle controller watches. A failed renewal is
   retried sooner (from `LEASE_RETRY_INITIAL`, doubling up to `renew_interval`), as the
   kubelet's lease controller does: with several API servers the retry goes to another one, so
-  losing a server costs one attempt, not a whole interval.
+  losing a server costs one attempt, not a whole interval. A 429 (the server's overload gate;
+  leases have their own priority level, so it should not happen) waits at least its
+  Retry-After, still within `renew_interval`, and does not count as a lost connection.
 * **Status.** Computed every `status_interval` (10 s); PATCHed (status subresource) only when
   something other than heartbeat times changed, and at least every `report_interval` (5 min).
   Ready is True (reason KubeletReady) when the runtime reports RuntimeReady, else False
@@ -47,7 +49,7 @@ import trio
 from orchestrator.client.resource import LEASES, NODES
 from orchestrator.controllers.runtime import Client
 from orchestrator.cri.runtime import CriError, RuntimeService, RuntimeStatus, RuntimeVersion
-from orchestrator.kube.errors import ApiError
+from orchestrator.kube.errors import ApiError, retry_after
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339
 
@@ -414,9 +416,12 @@ class NodeReporter:
                         self.connected = True
                         await self.report_status(force=True)
                 except ApiError as exc:
-                    self.connected = False
+                    # A 429 is a busy server, not a partition: no forced status report
+                    # (more load) when it answers again; wait at least its Retry-After.
+                    self.connected = self.connected and exc.code == 429
                     log.warning("node %s: lease renewal failed: %s", self.name, exc)
-                    next_lease = trio.current_time() + min(retry, self.opts.renew_interval)
+                    wait = max(retry, retry_after(exc) or 0.0)
+                    next_lease = trio.current_time() + min(wait, self.opts.renew_interval)
                     retry = min(retry * 2, self.opts.renew_interval)
             if now >= next_status:
                 next_status = now + self.opts.status_interval

@@ -23,7 +23,8 @@ fails from then on).
 
 Every request is counted in `apiserver_request_total{verb,resource,code}` and timed in
 `apiserver_request_duration_seconds{verb,resource}` (streams until their response starts);
-open HTTP watches are `apiserver_registered_watchers{resource}` (see `observability`).
+open HTTP watches are `apiserver_registered_watchers{resource}` (see `observability`). The
+overload gate (`flowcontrol`) takes resource requests once read: 429s carry Retry-After.
 """
 
 from __future__ import annotations
@@ -123,7 +124,9 @@ class Response:
         warnings: list[str] | None = None,
         stream: AsyncIterator[bytes] | None = None,
         timeout: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
+        self.headers = headers or {}  # extra headers (a 429's Retry-After)
         self.status = status
         self.body = body
         self.content_type = content_type
@@ -171,7 +174,7 @@ class ApiApp:
         try:
             response = await self._handle(scope, receive)
         except ApiError as exc:
-            response = Response(exc.code, exc.status())
+            response = Response(exc.code, exc.status(), headers=exc.headers)
         except Exception as exc:  # the process must keep serving; say what broke
             log.exception("unexpected error serving %s %s", scope.get("method"), scope.get("path"))
             response = Response(500, errors.internal(f"internal error: {exc!r}").status())
@@ -190,6 +193,7 @@ class ApiApp:
         headers = [(b"content-type", response.content_type.encode())]
         headers += [(b"warning", _warning_header(w)) for w in response.warnings[:50]]
         headers.append((b"cache-control", b"no-cache, private"))
+        headers += [(k.lower().encode(), v.encode()) for k, v in response.headers.items()]
         if response.stream is None:
             body = (
                 response.body
@@ -295,7 +299,9 @@ class ApiApp:
         )
         body = await _read_body(receive, hdr)
         call = Call(user, WriteOptions.parse(query, hdr.get("user-agent", "")))
-        response = await self._resource(call, info, query, hdr, body)
+        # A seat (flowcontrol) while it runs; a stream's ends when the stream starts.
+        async with self.api.flowcontrol.seat(user, info.group, info.resource, info.namespace):
+            response = await self._resource(call, info, query, hdr, body)
         response.warnings = call.warnings + response.warnings
         return response
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.apiserver.flowcontrol import FlowControl
 from orchestrator.apiserver.options import WriteOptions
 from orchestrator.apiserver.storage import ObjectStore
 from orchestrator.kube import errors
@@ -89,8 +90,12 @@ class Handler:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         on_crd_change: Callable[[Obj, bool], None] | None = None,
+        flowcontrol: FlowControl | None = None,
     ) -> None:
         self.objects = objects
+        # The overload gate the HTTP app and the in-process clients take a seat from per
+        # request (`flowcontrol`); the verbs themselves never see it.
+        self.flowcontrol = flowcontrol if flowcontrol is not None else FlowControl()
         self.registry = registry
         self.clock = clock
         self.rng = rng or random.Random()

@@ -40,6 +40,7 @@ import yaml
 from hypercorn.config import Config
 
 from orchestrator.apiserver.app import ApiApp
+from orchestrator.apiserver.flowcontrol import FlowControl, FlowControlConfig
 from orchestrator.apiserver.handler import Call
 from orchestrator.apiserver.logproxy import KUBELET_CLIENT_LEAF, AgentLogProxy, kubelet_client_leaf
 from orchestrator.apiserver.resources import Api
@@ -76,6 +77,8 @@ class ApiOptions:
     cluster_token: str = ""  # encrypts the credentials the servers share through the store
     node_name: str = ""  # this server's embedded agent's Node (read like any other node's)
     cert_renewal: RenewalConfig = field(default_factory=RenewalConfig)  # intervals, clock
+    # the overload gate: seats (--max-requests-inflight), queue wait, Retry-After
+    flowcontrol: FlowControlConfig = field(default_factory=FlowControlConfig)
 
 
 def split_host_port(text: str) -> tuple[str, int]:
@@ -132,7 +135,12 @@ class ApiServer:
         self.registry = builtin_registry()
         self.custom = CustomKinds(self.registry)
         self.objects = ObjectStore(store)
-        self.api = Api(self.objects, self.registry, on_crd_change=self.custom.changed)
+        self.api = Api(
+            self.objects,
+            self.registry,
+            on_crd_change=self.custom.changed,
+            flowcontrol=FlowControl(opts.flowcontrol),
+        )
         self.port = 0
         self.pki: Pki | None = None
         self.certs = CertRenewer(opts.cert_renewal)  # leaves added by `run`

@@ -30,6 +30,9 @@ __all__ = ["DEFAULT_API", "DEFAULT_CLIENT", "DEFAULT_PEER", "add_parser", "main"
 DEFAULT_PEER = "127.0.0.1:7001"
 DEFAULT_CLIENT = "127.0.0.1:7101"
 DEFAULT_API = "127.0.0.1:6443"
+# `apiserver.flowcontrol.DEFAULT_MAX_REQUESTS_INFLIGHT`, not imported: this module stays light
+# (a test checks the two agree).
+DEFAULT_MAX_REQUESTS_INFLIGHT = 600
 
 
 def _parse_cluster(text: str) -> dict[int, str]:
@@ -40,6 +43,16 @@ def _parse_cluster(text: str) -> dict[int, str]:
             raise argparse.ArgumentTypeError(f"{part!r} is not ID=HOST:PORT (ids start at 1)")
         out[int(nid)] = addr.strip()
     return out
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 or more")
+    return value
 
 
 def _duration(text: str) -> float:
@@ -160,6 +173,15 @@ def add_parser(sub: Any) -> None:
         help="on SIGTERM, how long requests in progress may take to finish before the server "
         "stops anyway (default 5s; keep it well below the unit's TimeoutStopSec)",
     )
+    s.add_argument(
+        "--max-requests-inflight",
+        type=_non_negative_int,
+        default=DEFAULT_MAX_REQUESTS_INFLIGHT,
+        metavar="N",
+        help="seats of the API's overload gate (API Priority and Fairness), shared by its "
+        "priority levels: beyond them requests wait in fair queues or get 429 Retry-After "
+        f"(default {DEFAULT_MAX_REQUESTS_INFLIGHT}, as kube-apiserver's 400 + 200; 0: no limit)",
+    )
     s.add_argument("--plain-http", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -268,6 +290,7 @@ def main(args: argparse.Namespace) -> int:
             f"error: --auto-compaction {args.auto_compaction!r} is not like 5m or 10000"
         )
     from orchestrator.agent.service import AgentConfig, default_node_name
+    from orchestrator.apiserver.flowcontrol import FlowControlConfig
     from orchestrator.apiserver.server import ApiOptions, split_host_port
     from orchestrator.controllers.runtime import ControllerOptions
 
@@ -309,6 +332,7 @@ def main(args: argparse.Namespace) -> int:
             cluster_token=token,
             # The embedded agent's Node (the log proxy reads it like any other node's).
             node_name="" if args.no_agent else (args.node_name or default_node_name()),
+            flowcontrol=FlowControlConfig(max_requests_inflight=args.max_requests_inflight),
         ),
     )
     print(f"node {node_id}; join token: {token}", file=sys.stderr, flush=True)

@@ -39,16 +39,29 @@ WatchEvent = tuple[str, dict[str, Any]]  # ("ADDED" | "MODIFIED" | "DELETED" | "
 
 
 class ApiException(Exception):
-    """The server answered with an error (a metav1.Status, or at least an HTTP status)."""
+    """The server answered with an error (a metav1.Status, or at least an HTTP status).
+
+    `retry_after`: the seconds the server asked the client to wait before retrying (a 429's
+    or 503's `Retry-After` header, else the Status' `details.retryAfterSeconds`), or None."""
 
     def __init__(
-        self, code: int, reason: str, message: str, status_body: dict[str, Any] | None = None
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        status_body: dict[str, Any] | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{code} {reason}: {message}")
         self.code = code
         self.reason = reason
         self.message = message
         self.status_body = status_body
+        self.retry_after = (
+            retry_after
+            if retry_after is not None
+            else _seconds(self.details.get("retryAfterSeconds"))
+        )
 
     @property
     def details(self) -> dict[str, Any]:
@@ -64,16 +77,23 @@ class ApiException(Exception):
         return cls(code, reason, message, dict(status))
 
     @classmethod
-    def from_response(cls, code: int, body: bytes, phrase: str = "") -> ApiException:
+    def from_response(
+        cls, code: int, body: bytes, phrase: str = "", retry_after_header: str | None = None
+    ) -> ApiException:
         try:
             doc = json.loads(body) if body else None
         except ValueError:
             doc = None
         if isinstance(doc, dict) and doc.get("kind") == "Status":
-            return cls.from_status(doc, code)
-        text = body.decode("utf-8", "replace").strip()
-        reason = _reason_for(code) if code in _REASONS else (phrase or f"HTTP {code}")
-        return cls(code, reason, text or phrase or reason, None)
+            exc = cls.from_status(doc, code)
+        else:
+            text = body.decode("utf-8", "replace").strip()
+            reason = _reason_for(code) if code in _REASONS else (phrase or f"HTTP {code}")
+            exc = cls(code, reason, text or phrase or reason, None)
+        header = _seconds(retry_after_header)
+        if header is not None:
+            exc.retry_after = header
+        return exc
 
 
 class ApiConnectionError(Exception):
@@ -100,6 +120,17 @@ _REASONS = {
 
 def _reason_for(code: int) -> str:
     return _REASONS.get(code, "Unknown")
+
+
+def _seconds(value: Any) -> float | None:
+    """A Retry-After in seconds (an HTTP date is not understood: None), at most an hour."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return min(seconds, 3600.0) if seconds >= 0 else None
 
 
 @dataclass

@@ -6,7 +6,8 @@ certificate) lives exactly as long as that block. Every call is one HTTP request
 
 * a 2xx answer is decoded (JSON when the Content-Type says so, else text) and returned;
 * any other answer raises `ApiException(code, reason, message, status_body)`, parsed from the
-  metav1.Status body when there is one (else built from the HTTP status line);
+  metav1.Status body when there is one (else built from the HTTP status line), with the
+  `Retry-After` of a 429 or 503 as `retry_after` (never retried here: callers back off);
 * a transport failure (refused, TLS, reset) raises `ApiConnectionError`, naming the server.
 
 Streams (watches, `pods/log?follow=true`) are async context managers, so the response is closed
@@ -229,7 +230,12 @@ class RestClient:
             self._warn(resp)
             self._answered(base, resp.status_code)
             if not resp.is_success:
-                raise ApiException.from_response(resp.status_code, resp.content, resp.reason_phrase)
+                raise ApiException.from_response(
+                    resp.status_code,
+                    resp.content,
+                    resp.reason_phrase,
+                    resp.headers.get("retry-after"),
+                )
             return resp
 
     # ---- several servers ----------------------------------------------------------------------
@@ -314,7 +320,9 @@ class RestClient:
             self._answered(base, resp.status_code)
             if not resp.is_success:
                 data = await resp.aread()
-                raise ApiException.from_response(resp.status_code, data, resp.reason_phrase)
+                raise ApiException.from_response(
+                    resp.status_code, data, resp.reason_phrase, resp.headers.get("retry-after")
+                )
             scope = trio.CancelScope()
             async with aclosing(self._chunks(resp, base, scope)) as chunks:
                 if base is None:

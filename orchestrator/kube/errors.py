@@ -167,6 +167,31 @@ def service_unavailable(message: str) -> ApiError:
     return ApiError(503, "ServiceUnavailable", message)
 
 
+def too_many_requests(retry_after: int, message: str = "") -> ApiError:
+    """429, as API Priority and Fairness refuses: the Status says when to retry
+    (`details.retryAfterSeconds`) and so does the `Retry-After` header."""
+    return ApiError(
+        429,
+        "TooManyRequests",
+        message or "Too many requests, please try again later.",
+        {"retryAfterSeconds": retry_after},
+        {"Retry-After": str(retry_after)},
+    )
+
+
+def retry_after(exc: ApiError) -> float | None:
+    """The seconds a failure asks the caller to wait before retrying (its `Retry-After`
+    header, else `details.retryAfterSeconds`), or None when it names none."""
+    for value in (exc.headers.get("Retry-After"), exc.details.get("retryAfterSeconds")):
+        try:
+            seconds = float(value) if value is not None else None
+        except (TypeError, ValueError):
+            continue
+        if seconds is not None and seconds >= 0 and seconds == seconds:  # not NaN
+            return min(seconds, 3600.0)
+    return None
+
+
 def timeout(message: str) -> ApiError:
     return ApiError(504, "Timeout", message)
 

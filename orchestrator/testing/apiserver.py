@@ -37,6 +37,7 @@ import trio
 import yaml
 
 from orchestrator.agent.service import AgentConfig
+from orchestrator.apiserver.flowcontrol import FlowControlConfig
 from orchestrator.apiserver.resources import Api
 from orchestrator.apiserver.server import ApiOptions
 from orchestrator.raft.node import NodeConfig
@@ -111,13 +112,15 @@ async def api_server(
     controllers: bool = True,
     agent: AgentConfig | None = None,
     cert_renewal: RenewalConfig | None = None,
+    flowcontrol: FlowControlConfig | None = None,
 ) -> AsyncIterator[Harness]:
     """Run a single-member server for the body of the `async with`.
 
     `data_dir`: keep its data there (default: a temporary directory); `tls`: serve HTTPS;
     `controllers`: run the controllers (off, nothing but the test writes); `agent`: run the
     server's embedded node agent (its data in `<data_dir>/agent`); `cert_renewal`: the
-    certificate renewal loop's intervals and wall clock."""
+    certificate renewal loop's intervals and wall clock; `flowcontrol`: the overload gate's
+    seats and levels (default: the server's)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = data_dir or Path(tmp)
         node = NodeConfig(
@@ -138,6 +141,7 @@ async def api_server(
                 cluster_token="t",
                 node_name=agent.node_name if agent else "",
                 cert_renewal=cert_renewal or RenewalConfig(),
+                flowcontrol=flowcontrol or FlowControlConfig(),
             ),
             controllers=controllers,
             agent=agent,

@@ -270,3 +270,58 @@ async def test_cancelled_during_cache_sync_shuts_the_queue_down(
     with trio.move_on_after(5):
         await c.run()
     assert c.queue.shutting_down
+
+
+async def test_busy_answers_back_off_through_the_limiter_honouring_retry_after(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from orchestrator.kube.errors import too_many_requests
+
+    reg = Registry()
+    rec = Scripted(
+        {
+            "429": [too_many_requests(5), too_many_requests(5)],  # then success
+            "503": [ApiError(503, "ServiceUnavailable", "no quorum")],
+            "slow": [ApiError(429, "TooManyRequests", "busy", {}, {"Retry-After": "0.5"})],
+        }
+    )
+    # The limiter alone would retry after 1 s, then 2 s.
+    c = Controller("busy", rec, workers=3, rate_limiter=ItemExponential(1.0, 100.0), metrics=reg)
+    with trio.fail_after(1000):
+        async with trio.open_nursery() as nursery:
+            t0 = trio.current_time()
+            await nursery.start(c.run)
+            for key in ("429", "503", "slow"):
+                c.enqueue(key)
+            await trio.sleep(100)
+            nursery.cancel_scope.cancel()
+    times: dict[str, list[float]] = {}
+    for key, at in rec.calls:
+        times.setdefault(key, []).append(round(at - t0, 3))
+    assert times["429"] == [0.0, 5.0, 10.0]  # Retry-After (5 s) beats the limiter's 1 s, 2 s
+    assert times["503"] == [0.0, 1.0]  # no Retry-After: the limiter's delay
+    assert times["slow"] == [0.0, 1.0]  # the limiter's 1 s beats a Retry-After of 0.5 s
+    assert value(reg, 'controller_runtime_reconcile_errors_total{controller="busy"}') == 4
+    # One warning line (rate-limited), never a traceback, for a busy server.
+    busy = [r for r in caplog.records if "the server is busy" in r.getMessage()]
+    assert busy
+    assert all(r.levelname == "WARNING" and r.exc_info is None for r in busy)
+    assert len(busy) < 4
+
+
+def test_the_http_client_carries_retry_after_to_the_controllers() -> None:
+    from orchestrator.client import ApiException
+    from orchestrator.controllers.runtime.client import _api_error
+    from orchestrator.kube.errors import retry_after
+
+    status = b'{"kind":"Status","code":429,"reason":"TooManyRequests","message":"slow down"}'
+    exc = ApiException.from_response(429, status, "Too Many Requests", "7")
+    assert exc.retry_after == 7.0
+    assert retry_after(_api_error(exc)) == 7.0
+    # From the Status alone (no header), and a date-form header is ignored.
+    body = b'{"kind":"Status","code":429,"details":{"retryAfterSeconds":2}}'
+    exc = ApiException.from_response(429, body, "", "Wed, 21 Oct 2015 07:28:00 GMT")
+    assert exc.retry_after == 2.0
+    assert retry_after(_api_error(exc)) == 2.0
+    assert ApiException.from_response(500, b"boom").retry_after is None
+    assert retry_after(ApiError(500, "InternalError", "x")) is None

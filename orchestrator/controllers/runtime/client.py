@@ -170,7 +170,10 @@ def _api_error(exc: ApiException | ApiConnectionError) -> ApiError:
     if isinstance(exc, ApiConnectionError):
         return ApiError(503, "ServiceUnavailable", str(exc))
     details = exc.details
-    return ApiError(exc.code, exc.reason, exc.message, dict(details))
+    # The server's Retry-After goes on (`kube.errors.retry_after` reads it): controllers
+    # back off at least that long on a 429.
+    headers = {} if exc.retry_after is None else {"Retry-After": f"{exc.retry_after:g}"}
+    return ApiError(exc.code, exc.reason, exc.message, dict(details), headers)
 
 
 class HttpClient:

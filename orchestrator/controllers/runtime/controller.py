@@ -8,14 +8,21 @@ controller-runtime's `reconcileHandler` does:
 
     outcome                       queue action                       reconcile_total{result=}
     raises TerminalError          forget (no retry), counted         error
+    raises ApiError 429 or 503    add_rate_limited, at least its     error
+                                  Retry-After (the server is busy)
     raises any other Exception    add_rate_limited (per-key backoff) error
     Result(requeue_after=d > 0)   forget + add_after(d)              requeue_after
     Result(requeue=True)          add_rate_limited                   requeue
     Result()                      forget                             success
 
 and always `done(key)` afterwards (else the key is wedged). An exception in a reconcile never
-kills its worker: it is logged and counted. A key is never reconciled by two workers at once
-(the queue is stingy); a key re-added while being reconciled is reconciled again afterwards.
+kills its worker: it is logged and counted. A 429 (the server's overload gate refused) or a
+503 (no quorum, draining) is the server asking for less, not a bug: the key backs off through
+the rate limiter like any failure, and no sooner than the Retry-After it names, and is logged
+as one warning line, at most one per controller every `BUSY_LOG_INTERVAL` seconds (with the
+count of the ones not logged), instead of a traceback per key. A key is never reconciled by
+two workers at once (the queue is stingy); a key re-added while being reconciled is reconciled
+again afterwards.
 
 `run()` waits for the caches of the informers it watches to sync, starts the queue's delay task
 and the workers, signals `started`, and on cancellation shuts the queue down (adds are ignored
@@ -44,6 +51,7 @@ from orchestrator.controllers.runtime.informer import (
 )
 from orchestrator.controllers.runtime.ratelimit import RateLimiter, default_controller_rate_limiter
 from orchestrator.controllers.runtime.workqueue import QueueShutDown, WorkQueue
+from orchestrator.kube.errors import ApiError, retry_after
 from orchestrator.kube.objects import Obj
 from orchestrator.metrics import REGISTRY, Registry
 
@@ -59,6 +67,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 KeyFn = Callable[[Obj], "str | None"]  # None: nothing to enqueue for this object
+BUSY_CODES = frozenset({429, 503})  # the server asks for less: back off, no traceback
+BUSY_LOG_INTERVAL = 10.0  # seconds between two warnings of a controller's busy answers
 
 RECONCILE_TIME_BUCKETS = (
     0.005,
@@ -201,6 +211,8 @@ class Controller:
         )
         self._metrics = _Metrics(metrics, name)
         self._informers: list[SharedInformer] = []
+        self._busy_logged_at = -BUSY_LOG_INTERVAL  # trio time of the last busy warning
+        self._busy_unlogged = 0  # busy answers since then, not logged
 
     # ------------------------------------------------------------------ sources
     def enqueue(self, key: str) -> None:
@@ -272,6 +284,16 @@ class Controller:
             m.terminal.inc()
             m.errors.inc()
             m.result("error")
+        except ApiError as exc:
+            if exc.code in BUSY_CODES:
+                after = retry_after(exc) or 0.0
+                queue.add_rate_limited(key, at_least=after)
+                self._log_busy(key, exc)
+            else:
+                log.exception("controller %s: reconciling %s failed; retrying", self.name, key)
+                queue.add_rate_limited(key)
+            m.errors.inc()
+            m.result("error")
         except Exception:
             log.exception("controller %s: reconciling %s failed; retrying", self.name, key)
             queue.add_rate_limited(key)
@@ -292,3 +314,16 @@ class Controller:
             queue.done(key)
             m.time.observe(trio.current_time() - start)
             m.active.dec()
+
+    def _log_busy(self, key: str, exc: ApiError) -> None:
+        now = trio.current_time()
+        if now - self._busy_logged_at < BUSY_LOG_INTERVAL:
+            self._busy_unlogged += 1
+            return
+        more = (
+            f" ({self._busy_unlogged} more since the last warning)" if self._busy_unlogged else ""
+        )
+        log.warning(
+            "controller %s: %s: the server is busy, backing off: %s%s", self.name, key, exc, more
+        )
+        self._busy_logged_at, self._busy_unlogged = now, 0

@@ -5,6 +5,12 @@ A module of its own so that users of `client` that only speak HTTPS (a standalon
 do not import the API server's layers: import `InProcessClient` from here. It builds the
 verbs' typed options (`apiserver.options`) directly from its arguments: selectors are parsed
 once, here, and nothing goes through a query string.
+
+Every call takes a seat of the API's overload gate (`apiserver.flowcontrol`) as an HTTP request
+does, so the controllers, the scheduler and the embedded agent share the server fairly with
+HTTP clients (a node's Lease renewal keeps its priority level). Their waits are unbounded (no
+429 for a long queue): their callers own their timeouts. A watch holds its seat only while it
+opens.
 """
 
 from __future__ import annotations
@@ -69,8 +75,13 @@ class InProcessClient:
     def _kind(self, res: ResourceInfo) -> Any:
         return self.api.kind(res.group, res.version, res.plural)
 
+    def _seat(self, res: ResourceInfo, namespace: str) -> Any:
+        """The overload gate's seat for one call (module doc)."""
+        return self.api.flowcontrol.seat(self.user, res.group, res.plural, namespace, bounded=False)
+
     async def get(self, res: ResourceInfo, name: str, namespace: str = "") -> Obj:
-        return await self.api.get(self._call(), self._kind(res), namespace, name)
+        async with self._seat(res, namespace):
+            return await self.api.get(self._call(), self._kind(res), namespace, name)
 
     async def list(
         self,
@@ -90,7 +101,8 @@ class InProcessClient:
             continue_token=continue_token or None,
             resource_version=resource_version,
         )
-        return await self.api.list_objects(self._call(), self._kind(res), namespace, opts)
+        async with self._seat(res, namespace):
+            return await self.api.list_objects(self._call(), self._kind(res), namespace, opts)
 
     async def create(
         self, res: ResourceInfo, body: Obj, namespace: str = "", *, read_only: bool = False
@@ -98,15 +110,19 @@ class InProcessClient:
         ns = namespace or str(metadata_of(body).get("namespace") or "")
         with fenced(self.fence_term):
             # Not copied: a create only reads `body` and stores what validation built from it.
-            return await self.api.create(self._call(read_only=read_only), self._kind(res), ns, body)
+            async with self._seat(res, ns):
+                return await self.api.create(
+                    self._call(read_only=read_only), self._kind(res), ns, body
+                )
 
     async def update(self, res: ResourceInfo, body: Obj, *, subresource: str = "") -> Obj:
         meta = metadata_of(body)
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         with fenced(self.fence_term):
-            obj, _ = await self.api.update(
-                self._call(), self._kind(res), ns, name, copy_json(body), subresource
-            )
+            async with self._seat(res, ns):
+                obj, _ = await self.api.update(
+                    self._call(), self._kind(res), ns, name, copy_json(body), subresource
+                )
         return obj
 
     async def patch(
@@ -124,15 +140,16 @@ class InProcessClient:
         # copies into the one stored. The other kinds of patch get a copy of their own.
         sent = body if content_type == MERGE_PATCH else copy_json(body)
         with fenced(self.fence_term):
-            obj, _ = await self.api.patch(
-                self._call(read_only=read_only),
-                self._kind(res),
-                namespace,
-                name,
-                content_type,
-                sent,
-                subresource,
-            )
+            async with self._seat(res, namespace):
+                obj, _ = await self.api.patch(
+                    self._call(read_only=read_only),
+                    self._kind(res),
+                    namespace,
+                    name,
+                    content_type,
+                    sent,
+                    subresource,
+                )
         return obj
 
     async def apply(
@@ -141,15 +158,16 @@ class InProcessClient:
         meta = metadata_of(body)
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         with fenced(self.fence_term):
-            obj, _ = await self.api.patch(
-                self._call(force=force),
-                self._kind(res),
-                ns,
-                name,
-                APPLY_PATCH,
-                copy_json(body),
-                subresource,
-            )
+            async with self._seat(res, ns):
+                obj, _ = await self.api.patch(
+                    self._call(force=force),
+                    self._kind(res),
+                    ns,
+                    name,
+                    APPLY_PATCH,
+                    copy_json(body),
+                    subresource,
+                )
         return obj
 
     async def delete(
@@ -164,20 +182,21 @@ class InProcessClient:
     ) -> Obj:
         opts = delete_options(propagation_policy, preconditions, grace_period_seconds)
         with fenced(self.fence_term):
-            obj, _code = await self.api.delete(self._call(), self._kind(res), namespace, name, opts)
+            async with self._seat(res, namespace):
+                obj, _code = await self.api.delete(
+                    self._call(), self._kind(res), namespace, name, opts
+                )
         return obj
 
     async def bind(self, pod: Obj, node: str) -> None:
         meta = metadata_of(pod)
         kind = self._kind(PODS)
+        ns = str(meta.get("namespace") or "")
         with fenced(self.fence_term):
-            await self.api.bind(
-                self._call(),
-                kind,
-                str(meta.get("namespace") or ""),
-                str(meta.get("name") or ""),
-                binding(pod, node),
-            )
+            async with self._seat(PODS, ns):
+                await self.api.bind(
+                    self._call(), kind, ns, str(meta.get("name") or ""), binding(pod, node)
+                )
 
     @asynccontextmanager
     async def watch(
@@ -198,9 +217,10 @@ class InProcessClient:
             resource_version=resource_version,
             allow_bookmarks=allow_bookmarks,
         )
-        stream = await open_watch(
-            self.api, self._call(), self._kind(res), namespace, opts, read_only=read_only
-        )
+        async with self._seat(res, namespace):
+            stream = await open_watch(
+                self.api, self._call(), self._kind(res), namespace, opts, read_only=read_only
+            )
         deadline = (
             trio.current_time() + timeout_seconds if timeout_seconds is not None else float("inf")
         )

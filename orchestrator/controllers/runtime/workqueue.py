@@ -199,11 +199,12 @@ class QueueCore(Generic[T]):
             self._compact()
         return False
 
-    def add_rate_limited(self, item: T, now: float) -> bool:
-        """`add_after(item, rate_limiter.when(item, now))`: retry with the limiter's back-off."""
+    def add_rate_limited(self, item: T, now: float, *, at_least: float = 0.0) -> bool:
+        """`add_after(item, rate_limiter.when(item, now))`: retry with the limiter's back-off,
+        or after `at_least` seconds if that is later (a server's Retry-After)."""
         if self._shutting_down:
             return False
-        return self.add_after(item, self.rate_limiter.when(item, now), now)
+        return self.add_after(item, max(self.rate_limiter.when(item, now), at_least), now)
 
     def forget(self, item: T) -> None:
         """Clear the rate limiter's history of `item` (it still needs `done`)."""
@@ -429,9 +430,10 @@ class WorkQueue(Generic[T]):
             self._getters.unpark()
         self._reschedule()
 
-    def add_rate_limited(self, item: T) -> None:
-        """Add `item` after the rate limiter's delay for it (one more failure recorded)."""
-        if self._core.add_rate_limited(item, self._clock()):
+    def add_rate_limited(self, item: T, *, at_least: float = 0.0) -> None:
+        """Add `item` after the rate limiter's delay for it (one more failure recorded), or
+        after `at_least` seconds if that is later (the Retry-After of a 429)."""
+        if self._core.add_rate_limited(item, self._clock(), at_least=at_least):
             self._getters.unpark()
         self._reschedule()
 
