@@ -298,6 +298,7 @@ def phase_result(
         out["write_bytes"] = fallback
     out["bytes_per_hour"] = round(per_hour(out["write_bytes"], window))
     out["wal_bytes_per_hour"] = {k: round(per_hour(v, window)) for k, v in wal.items()}
+    out["wal_bytes"] = wal
     out["wal_frames"] = frames
     out["file_growth_bytes"] = after.growth - before.growth
 
@@ -314,6 +315,26 @@ def phase_result(
     }
     out["_revisions"] = (int(m0.get("store_revision", 0)), int(m1.get("store_revision", 0)))
     return out
+
+
+def per_key_write(phase: Obj, revisions: tuple[int, int]) -> Obj:
+    """Bytes written per key written in a phase: the process's `write_bytes`, and the WAL
+    frames of each database, divided by the keys the phase wrote (history rows; the revision
+    count if a compaction removed some of them), None when no key was written. `other` is what
+    the WAL frames do not explain: checkpoints copying pages into the database files, WAL pages
+    written again after an fsync (a frame is not page-aligned, so each fsynced commit rewrites
+    the page its predecessor ended in), the wal-index, the log."""
+    keys = max(sum(phase["writes_by_key"].values()), revisions[1] - revisions[0])
+    if keys == 0:
+        return {"key_writes": 0, "bytes_per_key_write": None, "bytes_per_key_write_by_db": None}
+    wal = phase["wal_bytes"]
+    by_db: Obj = {db: round(wal[db] / keys) for db in DATABASES}
+    by_db["other"] = round((phase["write_bytes"] - sum(wal.values())) / keys)
+    return {
+        "key_writes": keys,
+        "bytes_per_key_write": round(phase["write_bytes"] / keys),
+        "bytes_per_key_write_by_db": by_db,
+    }
 
 
 def measure(probe: Probe, client: httpx.Client, url: str, seconds: float, work: Any) -> Obj:
@@ -420,6 +441,21 @@ def print_table(r: Obj) -> None:
             f"  {db}.db WAL frames per hour",
             lambda p, db=db: fmt_bytes(p["wal_bytes_per_hour"][db]),
         )
+    row("key writes", lambda p: str(p["key_writes"]))
+    row(
+        "bytes per key write",
+        lambda p: "-" if p["bytes_per_key_write"] is None else fmt_bytes(p["bytes_per_key_write"]),
+    )
+    for part in (*DATABASES, "other"):
+        label = f"  {part}.db WAL" if part != "other" else "  other (checkpoints, re-dirtied)"
+        row(
+            label,
+            lambda p, part=part: (
+                "-"
+                if p["bytes_per_key_write_by_db"] is None
+                else fmt_bytes(p["bytes_per_key_write_by_db"][part])
+            ),
+        )
     row("write syscalls per s", lambda p: str(p.get("write_syscalls_per_s", "n/a")))
     row("Raft fsyncs per s", lambda p: str(p["raft_fsyncs_per_s"]))
     row("Raft entries per s", lambda p: str(p["raft_entries_per_s"]))
@@ -492,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         for phase in ("idle", "churn"):
             revisions = result[phase].pop("_revisions")
             result[phase]["writes_by_key"] = writes_by_key(data / "store.db", revisions)
+            result[phase].update(per_key_write(result[phase], revisions))
     except (BenchError, httpx.HTTPError, OSError, sqlite3.Error) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print(f"data kept in {root}", file=sys.stderr)
@@ -505,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     result["idle_bytes_per_hour"] = result["idle"]["bytes_per_hour"]
     result["churn_bytes_per_hour"] = result["churn"]["bytes_per_hour"]
+    result["churn_bytes_per_key_write"] = result["churn"]["bytes_per_key_write"]
     result["ok"] = True
     print_table(result)
     print(json.dumps(result), flush=True)
