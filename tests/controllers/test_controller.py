@@ -250,3 +250,27 @@ async def test_event_recorder_deduplicates_and_never_raises(h: Harness) -> None:
             while len(await events()) != 2:  # noqa: ASYNC110  (polled, as above)
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
+
+
+async def test_event_recorder_rate_limits_and_combines_per_object(h: Harness) -> None:
+    """client-go's correlator through the recorder: ten different messages of one reason make
+    one combined Event; more than 25 writes about one object are dropped (and counted)."""
+    client = in_process(h)
+    reg = Registry()
+    obj = await client.create(CONFIGMAPS, {"metadata": {"name": "s", "namespace": "default"}})
+    rec = EventRecorder(client, "tester", metrics=reg, clock=lambda: 5000.0)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(rec.run)
+            for i in range(30):
+                rec.record(obj, "Warning", "Flaky", f"attempt {i} failed")
+            # Polled against the fail_after above: the writes happen in the recorder's task.
+            while value(reg, 'events_dropped_total{component="tester"}') != 5:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            listed = await client.list(EVENTS, "default", field_selector="reason=Flaky")
+            evs = sorted(listed["items"], key=lambda e: int(e.get("count") or 0))
+            assert len(evs) == 10  # nine single ones, then one combined
+            combined = evs[-1]
+            assert combined["message"].startswith("(combined from similar events): ")
+            assert combined["count"] == 25 - 9
+            nursery.cancel_scope.cancel()
