@@ -58,8 +58,12 @@ DEFAULT_QUOTA_BYTES = 2 * 1024**3  # etcd's default --quota-backend-bytes
 DEFAULT_HISTORY_RING = 10_000  # recent events kept in memory for events_since
 DEFAULT_MAX_WAL_BYTES = 16 * 1024**2  # maybe_checkpoint() truncates the WAL above this
 # How long applies add to one SQLite transaction before one of them commits it (see `apply`):
-# etcd's backend batch interval. Longer only replays more entries after a crash.
-DEFAULT_COMMIT_INTERVAL = 0.1
+# etcd's backend batch interval is 100 ms. Longer only replays more entries after a crash (the
+# Raft log holds them), and writes less flash: the pages every commit touches (the meta row,
+# the index leaves, the history's last leaf) go to the WAL once per commit. At a churn of one
+# pod a second (10 writes/s), 1 s instead of 100 ms cut store.db's WAL bytes per key write
+# from 6.7 KiB to see below.
+DEFAULT_COMMIT_INTERVAL = 5.0
 
 
 class MVCCReader:
