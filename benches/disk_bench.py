@@ -22,9 +22,9 @@ What is measured, per phase, extrapolated to one hour:
   included, which is tiny at warning level). Filesystem journal (jbd2) writes are not in it.
   If /proc/PID/io cannot be read, the figure falls back to the SQLite WAL frames below plus the
   growth of the data dir's files (`io_source` says which was used).
-* WAL frames appended to each SQLite database (raft.db, store.db, agent/agent.db), read from
-  the `mxFrame` counter of each database's `-shm` wal-index every 0.2 s (frames x (page size +
-  24)): where the bytes go. Plus `write` syscalls per second (`syscw`), Raft fsyncs (the
+* WAL frames appended to each SQLite database (raft.db, store.db, agent/agent.db), counted
+  from the frame headers of each WAL file every 0.2 s (frames x (page size + 24)): where the
+  bytes go. Plus `write` syscalls per second (`syscw`), Raft fsyncs (the
   `raft_wal_fsync_duration_seconds` count of /metrics), store revisions and compactions, the
   largest WAL file seen and the database sizes at the end, and which keys the phase wrote
   (from the store's history table, grouped by resource).
@@ -115,21 +115,30 @@ def proc_io(pid: int) -> dict[str, int] | None:
         return None
 
 
-def wal_index(shm: Path) -> tuple[int, int, bytes] | None:
-    """(page size, mxFrame, salts) from a WAL database's `-shm` wal-index header, or None.
-
-    The header (native byte order) is kept twice, at offsets 0 and 48; a reader that sees two
-    different copies caught a writer in the middle and must retry (as SQLite's do)."""
+def wal_frames(wal: Path, salts: bytes, known: int) -> tuple[int, int, bytes] | None:
+    """(page size, frames, salts) of a WAL file: the frames from its start that carry the salts
+    of its header (the current generation: a WAL restarted after a checkpoint is rewritten from
+    its start with new salts, and the older frames after the new ones no longer count), or None
+    if there is no WAL. Read from the file itself, not the `-shm` wal-index, which a database
+    in exclusive locking mode keeps in memory; `known` frames with the same `salts` were counted
+    by the previous call, so only the frame headers after them are read."""
     try:
-        with open(shm, "rb") as f:
-            raw = f.read(96)
+        with open(wal, "rb") as f:
+            header = f.read(32)
+            if len(header) < 32:
+                return None
+            page = struct.unpack_from(">I", header, 8)[0]
+            page = 65536 if page == 1 else page
+            new_salts = header[16:24]
+            n = known if new_salts == salts else 0
+            while True:
+                f.seek(32 + n * (page + WAL_FRAME_HEADER))
+                frame = f.read(WAL_FRAME_HEADER)
+                if len(frame) < WAL_FRAME_HEADER or frame[8:16] != new_salts:
+                    return page, n, new_salts
+                n += 1
     except OSError:
         return None
-    if len(raw) < 96 or raw[:48] != raw[48:96] or raw[12] == 0:  # isInit
-        return None
-    page = struct.unpack_from("=H", raw, 14)[0]
-    mx_frame = struct.unpack_from("=I", raw, 16)[0]
-    return (65536 if page == 1 else page), mx_frame, raw[32:40]
 
 
 def file_sizes(data: Path) -> dict[str, int]:
@@ -196,7 +205,7 @@ class Probe:
         with self._lock:
             for name, rel in DATABASES.items():
                 w = self.wal[name]
-                idx = wal_index(self.data / (rel + "-shm"))
+                idx = wal_frames(self.data / (rel + "-wal"), w.salts, w.mx_frame)
                 if idx is None:
                     continue
                 page, mx_frame, salts = idx
@@ -525,6 +534,9 @@ def main(argv: list[str] | None = None) -> int:
                 proc.check()
             finally:
                 probe.stop()
+        # After the server stopped: store.db commits its applies only every 30 s (and when it
+        # closes), and a reader on another connection sees only what is committed.
+        proc.stop()
         for phase in ("idle", "churn"):
             revisions = result[phase].pop("_revisions")
             result[phase]["writes_by_key"] = writes_by_key(data / "store.db", revisions)
@@ -535,7 +547,6 @@ def main(argv: list[str] | None = None) -> int:
         if proc is not None:
             proc.stop()
         return 1
-    proc.stop()
     if args.keep_data:
         print(f"data kept in {root}", file=sys.stderr)
     else:

@@ -57,13 +57,15 @@ if TYPE_CHECKING:
 DEFAULT_QUOTA_BYTES = 2 * 1024**3  # etcd's default --quota-backend-bytes
 DEFAULT_HISTORY_RING = 10_000  # recent events kept in memory for events_since
 DEFAULT_MAX_WAL_BYTES = 16 * 1024**2  # maybe_checkpoint() truncates the WAL above this
-# How long applies add to one SQLite transaction before one of them commits it (see `apply`):
-# etcd's backend batch interval is 100 ms. Longer only replays more entries after a crash (the
-# Raft log holds them), and writes less flash: the pages every commit touches (the meta row,
-# the index leaves, the history's last leaf) go to the WAL once per commit. At a churn of one
-# pod a second (10 writes/s), 1 s instead of 100 ms cut store.db's WAL bytes per key write
-# from 6.7 KiB to see below.
-DEFAULT_COMMIT_INTERVAL = 5.0
+# How long applies add to one SQLite transaction before one of them commits it (see `apply`).
+# etcd's backend commits every 100 ms; here longer, for flash: every commit writes the pages it
+# touched (the meta row, the index leaves the keys sit in, the history's last leaf) to the WAL,
+# so the fewer commits the fewer times a hot page is written, and store.db is not the durable
+# record (the Raft log is: a crash only replays the applies of the open transaction from it).
+# `RaftStore`'s upkeep commits every 30 s (`maybe_checkpoint`) anyway, so that bounds the
+# replay. disk_bench, store.db WAL bytes per key write at a churn of 1 pod/s: 6.7 KiB at
+# 100 ms, 5.4 at 1 s, 2.9 at 5 s, see the README for 30 s.
+DEFAULT_COMMIT_INTERVAL = 30.0
 
 
 class MVCCReader:
