@@ -31,19 +31,22 @@ What is measured, per phase, extrapolated to one hour:
 
 What is written, and why (measured on this project's 2-core build machine, ext4):
 
-* **Idle: 16-18 MiB/h**, all of it the node agent renewing its Lease `kube-node-lease/<node>`
-  every 10 s (the kubelet's heartbeat: the node lifecycle controller marks a Node unreachable
-  40 s after the last renewal). It is the only write at idle: the Node status is PATCHed only
+* **Idle: about 10 MiB/h** (27 KiB per renewal; `--idle-seconds 300`: 60 s windows vary from
+  8 to 12), all of it the node agent renewing its Lease `kube-node-lease/<node>` every 10 s
+  (the kubelet's heartbeat: the node lifecycle controller marks a Node unreachable 40 s after
+  the last renewal). It is the only write at idle: the Node status is PATCHed only
   when it changes (and every 5 min), the controllers and the scheduler are fenced by the Raft
   term instead of renewing leader-election Leases, a one-server cluster sends no Raft
   heartbeats, the Raft core emits a HardState only when term, vote or commit changed, the
   agent's database is not written, nothing polls by writing. Each renewal (a 0.7 KiB Raft
-  entry) is one transaction in raft.db (the entry's page and the hard state's page, whose
-  commit index moved; fsynced, `synchronous=FULL`) and one in store.db (meta row with the
-  applied index, history row, key index, current-state index: 4 pages, not fsynced,
-  `synchronous=NORMAL`: the Raft log is the durable record). SQLite writes whole 4 KiB pages
-  to its WAL, so one renewal costs about 6 WAL frames (25 KiB) and 45-50 KiB of `write_bytes`
-  (pages dirtied again after each fsync, the wal-index, SQLite's checkpoints).
+  entry) is one fsynced transaction in raft.db (`synchronous=FULL`: the entry's page and the
+  hard state's page; 1 KiB pages) and a share of store.db's commit every 30 s (meta row with
+  the applied index, history row, key index, current-state index; 4 KiB pages, not fsynced,
+  `synchronous=NORMAL`: the Raft log is the durable record). A fsynced commit costs at least
+  one 4 KiB page of `write_bytes` however little it writes (the page its WAL ends in was
+  cleaned by the previous fsync and is dirtied again), plus the pages it touched; the rest is
+  the wal-index pages and the checkpoints. Before issue 18 (4 KiB pages everywhere, store.db
+  committed every 100 ms): 14-17 MiB/h, 39-49 KiB per renewal.
 * **Automatic compaction** (`--auto-compaction 5m`) used to propose a compaction every 30 s as
   soon as anything was behind the retention window - at idle, 3 lease revisions - each a Raft
   entry, a delete in store.db and a `wal_checkpoint(TRUNCATE)` (two more fsyncs, the WAL
@@ -53,22 +56,33 @@ What is written, and why (measured on this project's 2-core build machine, ext4)
   previous one is a retention period old, as etcd (periodic: every retention period below an
   hour), kine and kube-apiserver (every 5 min) do. The default windows end before the first
   compaction (5.5 min after start); `--settle 300` measures the steady state.
-* **Churn, 1 pod/s: about 1.6 GiB/h**, 470 KiB per pod. Each pod makes 10 revisions (create,
+* **Churn, 1 pod/s: about 530 MiB/h, 15 KiB per key write** (before issue 18: 1.2 GiB/h, 35
+  KiB). Measure it over 60 s or more: store.db commits every 30 s, so a shorter window may see
+  none of its writes (and the next one twice as many). Each pod makes 10 key writes (create,
   bind, two status updates - containers waiting, then Running -, the deletion with its grace
-  period and the final delete, plus 4 Events: Scheduled, Created, Started, Killing), ~45 KiB
-  each as above, and the agent's local copy of the pod (written and fsynced before it acts on
-  each change, so a node that reboots offline knows its pods: 13 WAL frames, 50 KiB per pod).
-  Raft batches what arrives together (8.7 fsyncs/s for 10 entries/s).
-* **Bounded files**: SQLite checkpoints each WAL every 1,000 pages and reuses it from its start
-  (largest WAL about 4 MiB under churn); after a burst every WAL is cut back to 8 MiB
-  (`dbthread.WAL_SIZE_LIMIT`); the Raft log is compacted every 10,000 entries and the store's
-  history by the policy above.
+  period and the final delete, plus 4 Events: Scheduled, Created, Started, Killing). Per key
+  write (60 s windows): raft.db WAL 4.5 KiB (was 10.8: 1 KiB pages), store.db WAL 1.8 KiB (was
+  7.0: applies share one transaction for 30 s instead of 100 ms, so the index leaves are written
+  once per commit), agent.db WAL 2.2 KiB (was 5.2: 1 KiB pages, pods stored without
+  managedFields, and not written again when the server echoes the agent's own status report: 4
+  fsynced transactions per pod instead of 5, so a node that reboots offline still knows its
+  pods), and 6.5 KiB the table calls "other" (was 12): each fsync's re-dirtied page (about 13
+  fsyncs/s: one per Raft entry, as Raft batches only what arrives together, plus the agent's),
+  the checkpoints copying pages into the database files, the wal-index. The floor of this design
+  is about one 4 KiB page per fsync per key write plus the entry's own bytes twice (WAL,
+  checkpoint): below 8 KiB per key write needs several key writes per fsync.
+* **Bounded files**: SQLite checkpoints each WAL every 1,000 pages (raft.db: 4,096 of 1 KiB)
+  and reuses it from its start (largest WAL about 3 MiB under churn); after a burst every
+  WAL is cut back to 8 MiB (`dbthread.WAL_SIZE_LIMIT`); the Raft log is compacted every
+  10,000 entries and the store's history by the policy above.
 
 For comparison (store-notes.md, edge-notes.md): several writes a second to kine's
 `state.db-wal` wore a high-endurance SD card out in under 6 months (k3s#11313), kine#105 reports
 a constant 5 MB/s (18 GB/h), and k3s's docs ask for 500 KiB/s and 10 IOPS of disk for its SQLite
-datastore; the idle figure here is about 5 KiB/s and 0.1 fsyncs/s. Output: a table, then one
-JSON line `{"bench": "disk", "idle_bytes_per_hour": ..., "churn_bytes_per_hour": ..., ...}`;
+datastore; the idle figure here is about 3 KiB/s and 0.1 fsyncs/s. Output: a table (with bytes
+per key write: the total, and per database the WAL frames, then the rest), then one JSON line
+`{"bench": "disk", "idle_bytes_per_hour": ..., "churn_bytes_per_hour": ...,
+"churn_bytes_per_key_write": ..., ...}`;
 exit 1 only if a measurement could not be made. `--quick` (the smoke test): 3 s phases, 3 pods.
 """
 
