@@ -23,7 +23,7 @@ from orchestrator.raft.statemachine import StateMachine
 from orchestrator.raft.types import ConfChange, ConfChangeType, Entry, EntryType
 from orchestrator.store import mvcc, mvcc_ring
 from orchestrator.store.mvcc import MVCCStore
-from orchestrator.store.mvcc_reads import DEFAULT_COMMIT_INTERVAL
+from orchestrator.store.mvcc_reads import COMMIT_CHANGES, DEFAULT_COMMIT_INTERVAL
 from orchestrator.store.types import (
     MAX_KEY_BYTES,
     MAX_TXN_OPS,
@@ -814,6 +814,22 @@ def test_by_default_applies_share_a_transaction_for_30_s(
         assert [row[0] for row in dump(tmp_path / "store.db")["kv"]] == ["a", "b", "c"]
     finally:
         store.close()
+
+
+def test_an_apply_commits_once_the_transaction_changed_enough_rows(tmp_path: Path) -> None:
+    """Under a heavy load the transaction is cut at COMMIT_CHANGES rows, however young: the WAL
+    it fills and the replay after a crash stay bounded."""
+    n = Node(tmp_path / "store.db", commit_interval=NEVER)
+    try:
+        per_apply = 50  # puts per batch entry: 2 rows each, plus the meta row
+        applies = COMMIT_CHANGES // (2 * per_apply + 1) + 1
+        for a in range(applies - 1):
+            n.apply(*(encode_put(f"k{a}-{i}", b"v") for i in range(per_apply)))
+        assert dump(n.path)["kv"] == []  # below the cap: still one open transaction
+        n.apply(*(encode_put(f"k{applies - 1}-{i}", b"v") for i in range(per_apply)))
+        assert len(dump(n.path)["kv"]) == applies * per_apply
+    finally:
+        n.close()
 
 
 def test_a_crash_loses_the_open_transaction_and_the_replay_applies_it_once(
