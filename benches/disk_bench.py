@@ -56,8 +56,8 @@ What is written, and why (measured on this project's 2-core build machine, ext4)
   previous one is a retention period old, as etcd (periodic: every retention period below an
   hour), kine and kube-apiserver (every 5 min) do. The default windows end before the first
   compaction (5.5 min after start); `--settle 300` measures the steady state.
-* **Churn, 1 pod/s: about 530 MiB/h, 15 KiB per key write** (before issue 18: 1.2 GiB/h, 35
-  KiB). Measure it over 60 s or more: store.db commits every 30 s, so a shorter window may see
+* **Churn, 1 pod/s: 530-620 MiB/h, 15-17 KiB per key write** (before issue 18: 1.2 GiB/h,
+  35 KiB). Measure it over 60 s or more: store.db commits every 30 s, so a shorter window may see
   none of its writes (and the next one twice as many). Each pod makes 10 key writes (create,
   bind, two status updates - containers waiting, then Running -, the deletion with its grace
   period and the final delete, plus 4 Events: Scheduled, Created, Started, Killing). Per key
