@@ -22,28 +22,31 @@ What is measured, per phase, extrapolated to one hour:
   included, which is tiny at warning level). Filesystem journal (jbd2) writes are not in it.
   If /proc/PID/io cannot be read, the figure falls back to the SQLite WAL frames below plus the
   growth of the data dir's files (`io_source` says which was used).
-* WAL frames appended to each SQLite database (raft.db, store.db, agent/agent.db), read from
-  the `mxFrame` counter of each database's `-shm` wal-index every 0.2 s (frames x (page size +
-  24)): where the bytes go. Plus `write` syscalls per second (`syscw`), Raft fsyncs (the
+* WAL frames appended to each SQLite database (raft.db, store.db, agent/agent.db), counted
+  from the frame headers of each WAL file every 0.2 s (frames x (page size + 24)): where the
+  bytes go. Plus `write` syscalls per second (`syscw`), Raft fsyncs (the
   `raft_wal_fsync_duration_seconds` count of /metrics), store revisions and compactions, the
   largest WAL file seen and the database sizes at the end, and which keys the phase wrote
   (from the store's history table, grouped by resource).
 
 What is written, and why (measured on this project's 2-core build machine, ext4):
 
-* **Idle: 16-18 MiB/h**, all of it the node agent renewing its Lease `kube-node-lease/<node>`
-  every 10 s (the kubelet's heartbeat: the node lifecycle controller marks a Node unreachable
-  40 s after the last renewal). It is the only write at idle: the Node status is PATCHed only
+* **Idle: about 10 MiB/h** (27 KiB per renewal; `--idle-seconds 300`: 60 s windows vary from
+  8 to 12), all of it the node agent renewing its Lease `kube-node-lease/<node>` every 10 s
+  (the kubelet's heartbeat: the node lifecycle controller marks a Node unreachable 40 s after
+  the last renewal). It is the only write at idle: the Node status is PATCHed only
   when it changes (and every 5 min), the controllers and the scheduler are fenced by the Raft
   term instead of renewing leader-election Leases, a one-server cluster sends no Raft
   heartbeats, the Raft core emits a HardState only when term, vote or commit changed, the
   agent's database is not written, nothing polls by writing. Each renewal (a 0.7 KiB Raft
-  entry) is one transaction in raft.db (the entry's page and the hard state's page, whose
-  commit index moved; fsynced, `synchronous=FULL`) and one in store.db (meta row with the
-  applied index, history row, key index, current-state index: 4 pages, not fsynced,
-  `synchronous=NORMAL`: the Raft log is the durable record). SQLite writes whole 4 KiB pages
-  to its WAL, so one renewal costs about 6 WAL frames (25 KiB) and 45-50 KiB of `write_bytes`
-  (pages dirtied again after each fsync, the wal-index, SQLite's checkpoints).
+  entry) is one fsynced transaction in raft.db (`synchronous=FULL`: the entry's page and the
+  hard state's page; 1 KiB pages) and a share of store.db's commit every 30 s (meta row with
+  the applied index, history row, key index, current-state index; 4 KiB pages, not fsynced,
+  `synchronous=NORMAL`: the Raft log is the durable record). A fsynced commit costs at least
+  one 4 KiB page of `write_bytes` however little it writes (the page its WAL ends in was
+  cleaned by the previous fsync and is dirtied again), plus the pages it touched; the rest is
+  the wal-index pages and the checkpoints. Before issue 18 (4 KiB pages everywhere, store.db
+  committed every 100 ms): 14-17 MiB/h, 39-49 KiB per renewal.
 * **Automatic compaction** (`--auto-compaction 5m`) used to propose a compaction every 30 s as
   soon as anything was behind the retention window - at idle, 3 lease revisions - each a Raft
   entry, a delete in store.db and a `wal_checkpoint(TRUNCATE)` (two more fsyncs, the WAL
@@ -53,22 +56,33 @@ What is written, and why (measured on this project's 2-core build machine, ext4)
   previous one is a retention period old, as etcd (periodic: every retention period below an
   hour), kine and kube-apiserver (every 5 min) do. The default windows end before the first
   compaction (5.5 min after start); `--settle 300` measures the steady state.
-* **Churn, 1 pod/s: about 1.6 GiB/h**, 470 KiB per pod. Each pod makes 10 revisions (create,
+* **Churn, 1 pod/s: 530-620 MiB/h, 15-17 KiB per key write** (before issue 18: 1.2 GiB/h,
+  35 KiB). Measure it over 60 s or more: store.db commits every 30 s, so a shorter window may see
+  none of its writes (and the next one twice as many). Each pod makes 10 key writes (create,
   bind, two status updates - containers waiting, then Running -, the deletion with its grace
-  period and the final delete, plus 4 Events: Scheduled, Created, Started, Killing), ~45 KiB
-  each as above, and the agent's local copy of the pod (written and fsynced before it acts on
-  each change, so a node that reboots offline knows its pods: 13 WAL frames, 50 KiB per pod).
-  Raft batches what arrives together (8.7 fsyncs/s for 10 entries/s).
-* **Bounded files**: SQLite checkpoints each WAL every 1,000 pages and reuses it from its start
-  (largest WAL about 4 MiB under churn); after a burst every WAL is cut back to 8 MiB
-  (`dbthread.WAL_SIZE_LIMIT`); the Raft log is compacted every 10,000 entries and the store's
-  history by the policy above.
+  period and the final delete, plus 4 Events: Scheduled, Created, Started, Killing). Per key
+  write (60 s windows): raft.db WAL 4.5 KiB (was 10.8: 1 KiB pages), store.db WAL 1.8 KiB (was
+  7.0: applies share one transaction for 30 s instead of 100 ms, so the index leaves are written
+  once per commit), agent.db WAL 2.2 KiB (was 5.2: 1 KiB pages, pods stored without
+  managedFields, and not written again when the server echoes the agent's own status report: 4
+  fsynced transactions per pod instead of 5, so a node that reboots offline still knows its
+  pods), and 6.5 KiB the table calls "other" (was 12): each fsync's re-dirtied page (about 13
+  fsyncs/s: one per Raft entry, as Raft batches only what arrives together, plus the agent's),
+  the checkpoints copying pages into the database files, the wal-index. The floor of this design
+  is about one 4 KiB page per fsync per key write plus the entry's own bytes twice (WAL,
+  checkpoint): below 8 KiB per key write needs several key writes per fsync.
+* **Bounded files**: SQLite checkpoints each WAL every 1,000 pages (raft.db: 4,096 of 1 KiB)
+  and reuses it from its start (largest WAL about 3 MiB under churn); after a burst every
+  WAL is cut back to 8 MiB (`dbthread.WAL_SIZE_LIMIT`); the Raft log is compacted every
+  10,000 entries and the store's history by the policy above.
 
 For comparison (store-notes.md, edge-notes.md): several writes a second to kine's
 `state.db-wal` wore a high-endurance SD card out in under 6 months (k3s#11313), kine#105 reports
 a constant 5 MB/s (18 GB/h), and k3s's docs ask for 500 KiB/s and 10 IOPS of disk for its SQLite
-datastore; the idle figure here is about 5 KiB/s and 0.1 fsyncs/s. Output: a table, then one
-JSON line `{"bench": "disk", "idle_bytes_per_hour": ..., "churn_bytes_per_hour": ..., ...}`;
+datastore; the idle figure here is about 3 KiB/s and 0.1 fsyncs/s. Output: a table (with bytes
+per key write: the total, and per database the WAL frames, then the rest), then one JSON line
+`{"bench": "disk", "idle_bytes_per_hour": ..., "churn_bytes_per_hour": ...,
+"churn_bytes_per_key_write": ..., ...}`;
 exit 1 only if a measurement could not be made. `--quick` (the smoke test): 3 s phases, 3 pods.
 """
 
@@ -115,21 +129,30 @@ def proc_io(pid: int) -> dict[str, int] | None:
         return None
 
 
-def wal_index(shm: Path) -> tuple[int, int, bytes] | None:
-    """(page size, mxFrame, salts) from a WAL database's `-shm` wal-index header, or None.
-
-    The header (native byte order) is kept twice, at offsets 0 and 48; a reader that sees two
-    different copies caught a writer in the middle and must retry (as SQLite's do)."""
+def wal_frames(wal: Path, salts: bytes, known: int) -> tuple[int, int, bytes] | None:
+    """(page size, frames, salts) of a WAL file: the frames from its start that carry the salts
+    of its header (the current generation: a WAL restarted after a checkpoint is rewritten from
+    its start with new salts, and the older frames after the new ones no longer count), or None
+    if there is no WAL. Read from the file itself, not the `-shm` wal-index, which a database
+    in exclusive locking mode keeps in memory; `known` frames with the same `salts` were counted
+    by the previous call, so only the frame headers after them are read."""
     try:
-        with open(shm, "rb") as f:
-            raw = f.read(96)
+        with open(wal, "rb") as f:
+            header = f.read(32)
+            if len(header) < 32:
+                return None
+            page = struct.unpack_from(">I", header, 8)[0]
+            page = 65536 if page == 1 else page
+            new_salts = header[16:24]
+            n = known if new_salts == salts else 0
+            while True:
+                f.seek(32 + n * (page + WAL_FRAME_HEADER))
+                frame = f.read(WAL_FRAME_HEADER)
+                if len(frame) < WAL_FRAME_HEADER or frame[8:16] != new_salts:
+                    return page, n, new_salts
+                n += 1
     except OSError:
         return None
-    if len(raw) < 96 or raw[:48] != raw[48:96] or raw[12] == 0:  # isInit
-        return None
-    page = struct.unpack_from("=H", raw, 14)[0]
-    mx_frame = struct.unpack_from("=I", raw, 16)[0]
-    return (65536 if page == 1 else page), mx_frame, raw[32:40]
 
 
 def file_sizes(data: Path) -> dict[str, int]:
@@ -196,7 +219,7 @@ class Probe:
         with self._lock:
             for name, rel in DATABASES.items():
                 w = self.wal[name]
-                idx = wal_index(self.data / (rel + "-shm"))
+                idx = wal_frames(self.data / (rel + "-wal"), w.salts, w.mx_frame)
                 if idx is None:
                     continue
                 page, mx_frame, salts = idx
@@ -298,6 +321,7 @@ def phase_result(
         out["write_bytes"] = fallback
     out["bytes_per_hour"] = round(per_hour(out["write_bytes"], window))
     out["wal_bytes_per_hour"] = {k: round(per_hour(v, window)) for k, v in wal.items()}
+    out["wal_bytes"] = wal
     out["wal_frames"] = frames
     out["file_growth_bytes"] = after.growth - before.growth
 
@@ -314,6 +338,26 @@ def phase_result(
     }
     out["_revisions"] = (int(m0.get("store_revision", 0)), int(m1.get("store_revision", 0)))
     return out
+
+
+def per_key_write(phase: Obj, revisions: tuple[int, int]) -> Obj:
+    """Bytes written per key written in a phase: the process's `write_bytes`, and the WAL
+    frames of each database, divided by the keys the phase wrote (history rows; the revision
+    count if a compaction removed some of them), None when no key was written. `other` is what
+    the WAL frames do not explain: checkpoints copying pages into the database files, WAL pages
+    written again after an fsync (a frame is not page-aligned, so each fsynced commit rewrites
+    the page its predecessor ended in), the wal-index, the log."""
+    keys = max(sum(phase["writes_by_key"].values()), revisions[1] - revisions[0])
+    if keys == 0:
+        return {"key_writes": 0, "bytes_per_key_write": None, "bytes_per_key_write_by_db": None}
+    wal = phase["wal_bytes"]
+    by_db: Obj = {db: round(wal[db] / keys) for db in DATABASES}
+    by_db["other"] = round((phase["write_bytes"] - sum(wal.values())) / keys)
+    return {
+        "key_writes": keys,
+        "bytes_per_key_write": round(phase["write_bytes"] / keys),
+        "bytes_per_key_write_by_db": by_db,
+    }
 
 
 def measure(probe: Probe, client: httpx.Client, url: str, seconds: float, work: Any) -> Obj:
@@ -420,6 +464,21 @@ def print_table(r: Obj) -> None:
             f"  {db}.db WAL frames per hour",
             lambda p, db=db: fmt_bytes(p["wal_bytes_per_hour"][db]),
         )
+    row("key writes", lambda p: str(p["key_writes"]))
+    row(
+        "bytes per key write",
+        lambda p: "-" if p["bytes_per_key_write"] is None else fmt_bytes(p["bytes_per_key_write"]),
+    )
+    for part in (*DATABASES, "other"):
+        label = f"  {part}.db WAL" if part != "other" else "  other (checkpoints, re-dirtied)"
+        row(
+            label,
+            lambda p, part=part: (
+                "-"
+                if p["bytes_per_key_write_by_db"] is None
+                else fmt_bytes(p["bytes_per_key_write_by_db"][part])
+            ),
+        )
     row("write syscalls per s", lambda p: str(p.get("write_syscalls_per_s", "n/a")))
     row("Raft fsyncs per s", lambda p: str(p["raft_fsyncs_per_s"]))
     row("Raft entries per s", lambda p: str(p["raft_entries_per_s"]))
@@ -489,22 +548,26 @@ def main(argv: list[str] | None = None) -> int:
                 proc.check()
             finally:
                 probe.stop()
+        # After the server stopped: store.db commits its applies only every 30 s (and when it
+        # closes), and a reader on another connection sees only what is committed.
+        proc.stop()
         for phase in ("idle", "churn"):
             revisions = result[phase].pop("_revisions")
             result[phase]["writes_by_key"] = writes_by_key(data / "store.db", revisions)
+            result[phase].update(per_key_write(result[phase], revisions))
     except (BenchError, httpx.HTTPError, OSError, sqlite3.Error) as exc:
         print(f"error: {exc}", file=sys.stderr)
         print(f"data kept in {root}", file=sys.stderr)
         if proc is not None:
             proc.stop()
         return 1
-    proc.stop()
     if args.keep_data:
         print(f"data kept in {root}", file=sys.stderr)
     else:
         shutil.rmtree(root, ignore_errors=True)
     result["idle_bytes_per_hour"] = result["idle"]["bytes_per_hour"]
     result["churn_bytes_per_hour"] = result["churn"]["bytes_per_hour"]
+    result["churn_bytes_per_key_write"] = result["churn"]["bytes_per_key_write"]
     result["ok"] = True
     print_table(result)
     print(json.dumps(result), flush=True)

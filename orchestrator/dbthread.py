@@ -232,15 +232,28 @@ _Job = tuple[Callable[[], Any], Callable[[Any], None]]
 WAL_SIZE_LIMIT = 8 * 1024**2
 
 
+_PAGE_SIZES = frozenset(1 << n for n in range(9, 17))  # what SQLite accepts: 512 .. 65536
+
+
 def open_wal(
-    path: str | os.PathLike[str], *, synchronous: Literal["FULL", "NORMAL"]
+    path: str | os.PathLike[str],
+    *,
+    synchronous: Literal["FULL", "NORMAL"],
+    page_size: int | None = None,
 ) -> sqlite3.Connection:
     """A connection in WAL mode with the given durability and the WAL bounded to
     `WAL_SIZE_LIMIT` after each restart, for use through a `DbThread`: `check_same_thread=False`
     (see above) and `isolation_level=None`, so that transactions are explicit (BEGIN IMMEDIATE
-    ... COMMIT) and nothing is committed behind the caller's back."""
+    ... COMMIT) and nothing is committed behind the caller's back.
+
+    `page_size` (a power of two from 512 to 65536) applies to a database this call creates; an
+    existing file keeps the page size it was made with (SQLite cannot change it in WAL mode)."""
+    if page_size is not None and page_size not in _PAGE_SIZES:
+        raise ValueError(f"page_size must be a power of two from 512 to 65536, got {page_size}")
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     try:
+        if page_size is not None:
+            conn.execute(f"PRAGMA page_size={page_size}")  # before the first write, or ignored
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(

@@ -28,6 +28,40 @@ def test_open_wal_settings(tmp_path: Path) -> None:
         conn.close()
 
 
+def test_open_wal_page_size_applies_to_a_new_file_only(tmp_path: Path) -> None:
+    """Small pages for the fsynced databases (flash: a commit writes whole pages); a file made
+    with another page size keeps it (SQLite cannot change it in WAL mode), and opens fine."""
+    path = tmp_path / "p.db"
+    conn = open_wal(path, synchronous="FULL", page_size=1024)
+    try:
+        conn.execute("CREATE TABLE t (v)")
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
+    finally:
+        conn.close()
+    conn = open_wal(path, synchronous="FULL", page_size=4096)
+    try:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
+    finally:
+        conn.close()
+    old = tmp_path / "old.db"
+    conn = open_wal(old, synchronous="FULL")
+    conn.execute("CREATE TABLE t (v)")
+    conn.close()
+    conn = open_wal(old, synchronous="FULL", page_size=1024)
+    try:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+        conn.execute("INSERT INTO t VALUES (1)")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("size", [0, 256, 1000, 131072])
+def test_open_wal_refuses_a_bad_page_size(tmp_path: Path, size: int) -> None:
+    with pytest.raises(ValueError, match="power of two"):
+        open_wal(tmp_path / "x.db", synchronous="FULL", page_size=size)
+    assert not (tmp_path / "x.db").exists()
+
+
 def test_wal_is_cut_back_to_its_limit_after_a_burst(tmp_path: Path) -> None:
     """One transaction larger than the limit grows the WAL past it; once SQLite has
     checkpointed it (automatically, at 1,000 pages) the next write restarts the WAL and cuts

@@ -36,8 +36,12 @@ def test_disk_bench_quick() -> None:
     # the churn wrote pods through Raft: entries, WAL frames in both databases, some bytes
     assert churn["pods_created"] >= 2
     assert churn["raft_entries_per_s"] > 0
-    assert churn["wal_frames"]["raft"] > 0
-    assert churn["wal_frames"]["store"] > 0
+    assert churn["wal_frames"]["raft"] > 0  # (store.db commits every 30 s: maybe none in 3 s)
+    # Keys written are counted from the revisions; `writes_by_key` reads store.db once the
+    # server stopped, and a server killed after 10 s (a loaded machine) may not have committed.
+    assert churn["key_writes"] >= sum(churn["writes_by_key"].values())
+    assert churn["key_writes"] > 0
+    assert churn["bytes_per_key_write"] > 0
+    assert set(churn["bytes_per_key_write_by_db"]) == {"raft", "store", "agent", "other"}
     assert last["churn_bytes_per_hour"] == churn["bytes_per_hour"] > 0
-    assert churn["writes_by_key"].get("core/pods", 0) > 0
     assert churn["db_bytes_end"]["store"] > 0

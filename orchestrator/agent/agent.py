@@ -46,6 +46,7 @@ from orchestrator.agent.localstore import LocalStore
 from orchestrator.agent.node import HostFacts, NodeReporter, NodeReporterOptions, host_facts
 from orchestrator.agent.podcontext import WorkerContext, WorkerOptions
 from orchestrator.agent.podspec import LABEL_AGENT, LABEL_POD_UID, referenced_objects
+from orchestrator.agent.podstatus import TERMINAL
 from orchestrator.agent.podworker import PodWorker
 from orchestrator.client.resource import PODS, ResourceInfo
 from orchestrator.controllers.runtime import Client, EventRecorder
@@ -126,16 +127,22 @@ def _uid(pod: Obj) -> str:
 
 
 def _stored_form(pod: Obj) -> Obj:
-    """The parts of a pod that matter to the local copy (no resourceVersion/managedFields)."""
+    """The parts of a pod that matter to the local copy (no resourceVersion/managedFields).
+
+    Of the status only a terminal phase (a finished pod must not run again after an offline
+    reboot): the worker writes the local copy itself when the phase it reports changes, so the
+    server's echo of that report (Pending -> Running) is not written a second time. That echo
+    was one of the five fsynced agent.db transactions of every pod (flash wear, issue 18)."""
     meta = {
         k: v
         for k, v in (pod.get("metadata") or {}).items()
         if k not in ("resourceVersion", "managedFields")
     }
+    phase = (pod.get("status") or {}).get("phase")
     return {
         "metadata": meta,
         "spec": pod.get("spec"),
-        "phase": (pod.get("status") or {}).get("phase"),
+        "phase": phase if phase in TERMINAL else None,
     }
 
 

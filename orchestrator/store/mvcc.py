@@ -7,15 +7,19 @@ Raft hands `apply` batches of committed entries; each NORMAL entry carries one m
 they were consecutive entries). `apply` runs the whole batch of entries inside ONE SQLite
 savepoint, which also records the new applied index, so a batch is all-or-nothing. Consecutive
 batches share one SQLite transaction: the first `apply` after a commit begins it, and the first
-one that finds it `commit_interval` old (100 ms) commits it, as etcd's backend batches its bbolt
-transactions (100 ms). The pages that many batches write (the index leaves every writer's keys
-sit in) are then written to the WAL once per commit instead of once per batch: about a fifth
-less CPU per put at a few dozen puts per batch than a commit per batch, and 100 ms about 8 %
-less than 50 ms at a few thousand puts/s (each hot leaf is written half as often). Reads use the
-same connection, so they see every applied batch at once; `commit()` (and `sync`, `snapshot`,
-`restore`, `maybe_checkpoint`, `close`, which call it) ends the transaction. A crash loses the
-applies of the open transaction only, together with the applied index that covers them: the
-driver hands those entries again (the Raft log keeps everything above the synced state machine).
+one that finds it `commit_interval` old (30 s; `RaftStore`'s upkeep also commits every 30 s), or
+finds that it changed `COMMIT_CHANGES` rows (about 1,000 puts), commits it, as etcd's backend
+batches its bbolt transactions (every 100 ms there). The pages that many batches write (the
+index leaves every writer's keys sit in) are then written to the WAL once per commit instead of
+once per batch: about a fifth less CPU per put at a few dozen puts per batch than a commit per
+batch, and 100 ms about 8 % less than 50 ms at a few thousand puts/s (each hot leaf is written
+half as often); 30 s rather than 100 ms is for flash (store.db WAL bytes per key write at a
+churn of 10 writes/s: 6.7 KiB at 100 ms, 1.8 KiB at 30 s; see
+`mvcc_reads.DEFAULT_COMMIT_INTERVAL`). Reads use the same connection, so they see every applied
+batch at once; `commit()` (and `sync`, `snapshot`, `restore`, `maybe_checkpoint`, `close`, which
+call it) ends the transaction. A crash loses the applies of the open transaction only, together
+with the applied index that covers them: the driver hands those entries again (the Raft log
+keeps everything above the synced state machine).
 
 The tables and statements are in `mvcc_sql` (the layout), the command checks in
 `mvcc_checks`, the snapshot image in `mvcc_snapshot`, the
@@ -96,7 +100,7 @@ from orchestrator.store.mvcc_checks import (
     compare,
     key_bytes,
 )
-from orchestrator.store.mvcc_reads import DEFAULT_QUOTA_BYTES, MVCCReader
+from orchestrator.store.mvcc_reads import COMMIT_CHANGES, DEFAULT_QUOTA_BYTES, MVCCReader
 from orchestrator.store.mvcc_snapshot import database_image, install_image
 from orchestrator.store.mvcc_sql import (
     DELETE,
@@ -173,6 +177,7 @@ class MVCCStore(MVCCReader):
         if not conn.in_transaction:
             conn.execute("BEGIN IMMEDIATE")
             self._txn_since = time.monotonic()
+            self._txn_changes = conn.total_changes
         # This batch's writes and the applied index it reaches are all-or-nothing inside the
         # (possibly longer) transaction: on a failure it rolls back to here.
         conn.execute("SAVEPOINT apply")
@@ -198,7 +203,10 @@ class MVCCStore(MVCCReader):
             # WAL, which now holds the compaction's page changes, back to zero bytes.
             self.commit()
             conn.execute(SQL_CHECKPOINT)
-        elif time.monotonic() - self._txn_since >= self._commit_interval:
+        elif (
+            time.monotonic() - self._txn_since >= self._commit_interval
+            or conn.total_changes - self._txn_changes >= COMMIT_CHANGES
+        ):
             self.commit()
         return Applied(results, events)
 

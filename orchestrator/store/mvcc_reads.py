@@ -52,9 +52,21 @@ from orchestrator.store.types import (
 
 DEFAULT_QUOTA_BYTES = 2 * 1024**3  # etcd's default --quota-backend-bytes
 DEFAULT_MAX_WAL_BYTES = 16 * 1024**2  # maybe_checkpoint() truncates the WAL above this
-# How long applies add to one SQLite transaction before one of them commits it (see `apply`):
-# etcd's backend batch interval. Longer only replays more entries after a crash.
-DEFAULT_COMMIT_INTERVAL = 0.1
+# How long applies add to one SQLite transaction before one of them commits it (see `apply`).
+# etcd's backend commits every 100 ms; here longer, for flash: every commit writes the pages it
+# touched (the meta row, the index leaves the keys sit in, the history's last leaf) to the WAL,
+# so the fewer commits the fewer times a hot page is written, and store.db is not the durable
+# record (the Raft log is: a crash only replays the applies of the open transaction from it).
+# `RaftStore`'s upkeep commits every 30 s (`maybe_checkpoint`) anyway, so that bounds the
+# replay. disk_bench, store.db WAL bytes per key write at a churn of 1 pod/s (10 writes/s):
+# 6.7 KiB at 100 ms, 5.4 at 1 s, 2.9 at 5 s, 1.8 at 30 s.
+DEFAULT_COMMIT_INTERVAL = 30.0
+# ... or once the open transaction changed this many rows (a put changes two: its history row
+# and its kv row), as etcd's backend also commits every 10,000 operations: under a heavy load the
+# transaction, the WAL it fills before it may be checkpointed, and the replay after a crash
+# stay about 1,000 puts long (a few MiB), which still batches more than 100 ms did at a few
+# thousand puts/s.
+COMMIT_CHANGES = 2_000
 
 
 class MVCCReader:
@@ -70,6 +82,7 @@ class MVCCReader:
         self._path = os.fspath(path)
         self._commit_interval = commit_interval
         self._txn_since = 0.0  # time.monotonic() when the open apply transaction began
+        self._txn_changes = 0  # the connection's total_changes when it began
         self._quota = quota_bytes
         self._applied = 0
         self._rev = 1

@@ -325,3 +325,27 @@ def test_the_http_client_carries_retry_after_to_the_controllers() -> None:
     assert retry_after(_api_error(exc)) == 2.0
     assert ApiException.from_response(500, b"boom").retry_after is None
     assert retry_after(ApiError(500, "InternalError", "x")) is None
+
+
+async def test_event_recorder_rate_limits_and_combines_per_object(h: Harness) -> None:
+    """client-go's correlator through the recorder: ten different messages of one reason make
+    one combined Event; more than 25 writes about one object are dropped (and counted)."""
+    client = in_process(h)
+    reg = Registry()
+    obj = await client.create(CONFIGMAPS, {"metadata": {"name": "s", "namespace": "default"}})
+    rec = EventRecorder(client, "tester", metrics=reg, clock=lambda: 5000.0)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(rec.run)
+            for i in range(30):
+                rec.record(obj, "Warning", "Flaky", f"attempt {i} failed")
+            # Polled against the fail_after above: the writes happen in the recorder's task.
+            while value(reg, 'events_dropped_total{component="tester"}') != 5:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+            listed = await client.list(EVENTS, "default", field_selector="reason=Flaky")
+            evs = sorted(listed["items"], key=lambda e: int(e.get("count") or 0))
+            assert len(evs) == 10  # nine single ones, then one combined
+            combined = evs[-1]
+            assert combined["message"].startswith("(combined from similar events): ")
+            assert combined["count"] == 25 - 9
+            nursery.cancel_scope.cancel()

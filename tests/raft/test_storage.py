@@ -303,6 +303,33 @@ def test_file_is_wal_and_full_sync(db_path: Path) -> None:
     s.close()
 
 
+def test_new_log_file_has_small_pages_and_an_old_one_still_loads(tmp_path: Path) -> None:
+    """A new log file uses 1 KiB pages (flash: each fsynced commit writes whole pages); a file
+    made with 4 KiB pages by an older build keeps them and reads back the same."""
+    s = RaftStorage(tmp_path / "new.db")
+    s.save(HardState(1, 1, 0), ents(1, 3, 1))
+    s.close()
+    conn = sqlite3.connect(tmp_path / "new.db")
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == storage.PAGE_SIZE == 1024
+    conn.close()
+    old = tmp_path / "old.db"
+    conn = sqlite3.connect(old)
+    conn.execute("PRAGMA page_size=4096")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    s = RaftStorage(old)
+    big = [Entry(1, i, EntryType.NORMAL, bytes([i]) * 5000) for i in range(1, 4)]
+    s.save(HardState(1, 1, 2), big)
+    s.close()
+    s = RaftStorage(old)
+    try:
+        assert s.load() == LoadedState(HardState(1, 1, 2), None, big)
+    finally:
+        s.close()
+    with raw(old) as c:
+        assert c.execute("PRAGMA page_size").fetchone()[0] == 4096
+
+
 def test_closed_storage_raises(db_path: Path) -> None:
     s = RaftStorage(db_path)
     s.close()

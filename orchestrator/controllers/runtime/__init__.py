@@ -21,7 +21,8 @@ the submodules: they are the implementation and may move.
   `QueueStatistics`, `QueueObserver`; rate limiters as small composable objects
   (`ItemExponential`, `ItemFastSlow`, `TokenBucket`, `MaxOf`, `WithMaxWait`,
   `default_controller_rate_limiter`, the `RateLimiter` protocol).
-* Events: `EventRecorder` (deduplicated, aggregated Kubernetes Events).
+* Events: `EventRecorder` (deduplicated, aggregated and rate-limited Kubernetes Events, by
+  the pure `eventcorrelator.EventCorrelator`).
 * Running: `ControllerManager` (runs a factory's controllers only while this server leads the
   Raft term, their writes fenced to it), `ControllerContext` (what a factory gets for one term),
   `ControllerOptions`, `Component` (anything with `async run(*, task_status)`),

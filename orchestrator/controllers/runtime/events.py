@@ -6,10 +6,15 @@ Theory of operation
 bounded buffer (a trio memory channel) and returns; when the buffer is full the event is dropped
 and `events_dropped_total{component}` counts it. The `run()` task drains the buffer and writes:
 
-* like client-go's EventCorrelator, the same (involved object, type, reason, message) recorded
-  again within `DEDUP_WINDOW` (10 min) bumps `count` and `lastTimestamp` of the Event already
-  written (a merge patch) instead of creating another one; if that Event is gone (404) a new
-  one is created;
+what the pure `EventCorrelator` (`eventcorrelator`, client-go's) answers for it:
+
+* the same (involved object, type, reason, message) recorded again within `DEDUP_WINDOW`
+  (10 min) bumps `count` and `lastTimestamp` of the Event already written (a merge patch)
+  instead of creating another one; if that Event is gone (404) a new one is created;
+* ten different messages with the same object, type and reason are combined into one Event
+  ("(combined from similar events): ..."), bumped from then on;
+* each object has a token bucket of 25 writes, refilled by one every 5 minutes: an Event
+  beyond it is dropped (`events_dropped_total` counts it);
 * otherwise a new Event `<object name>.<16 hex digits>` in the object's namespace ("default"
   for cluster-scoped objects) with involvedObject, source {component, host}, first/last
   timestamps and count 1.
@@ -24,12 +29,18 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import trio
 
 from orchestrator.client import EVENTS
 from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.eventcorrelator import (
+    DEFAULT_WINDOW,
+    Bump,
+    Create,
+    Drop,
+    EventCorrelator,
+)
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import now_rfc3339
@@ -39,17 +50,8 @@ __all__ = ["DEDUP_WINDOW", "EventRecorder"]
 
 log = logging.getLogger(__name__)
 
-DEDUP_WINDOW = 600.0  # seconds: client-go's correlator cache window
+DEDUP_WINDOW = DEFAULT_WINDOW  # seconds: client-go's correlator cache window
 BUFFER = 1000
-_MAX_REMEMBERED = 4096
-
-
-@dataclass(slots=True)
-class _Seen:
-    namespace: str
-    name: str  # the Event's name
-    count: int
-    last: float  # clock() of the last write
 
 
 class EventRecorder:
@@ -70,7 +72,7 @@ class EventRecorder:
         self.host = host
         self.clock = clock
         self._send, self._receive = trio.open_memory_channel[tuple[Obj, str, str, str]](buffer)
-        self._seen: dict[tuple[str, ...], _Seen] = {}
+        self.correlator = EventCorrelator(window=DEDUP_WINDOW)
         self._dropped = metrics.counter(
             "events_dropped_total",
             "Events not recorded (buffer full or write failed)",
@@ -108,28 +110,32 @@ class EventRecorder:
 
     async def _write(self, obj: Obj, type: str, reason: str, message: str) -> None:
         involved = self._involved(obj)
-        key = (
-            involved.get("kind", ""),
-            involved.get("namespace", ""),
-            involved.get("name", ""),
-            involved.get("uid", ""),
-            type,
-            reason,
-            message,
+        ref = (
+            str(involved.get("kind", "")),
+            str(involved.get("apiVersion", "")),
+            str(involved.get("namespace", "")),
+            str(involved.get("name", "")),
+            str(involved.get("uid", "")),
         )
         now = self.clock()
         stamp = now_rfc3339(now)
-        seen = self._seen.get(key)
-        if seen is not None and now - seen.last < DEDUP_WINDOW:
-            patch = {"count": seen.count + 1, "lastTimestamp": stamp}
+        source = f"{self.component}/{self.host}"
+        decision = self.correlator.correlate(source, ref, type, reason, message, now)
+        if isinstance(decision, Drop):
+            self._dropped.inc()
+            log.debug("event %s/%s about %s dropped: too many", reason, type, ref)
+            return
+        if isinstance(decision, Bump):
+            patch = {"count": decision.count, "lastTimestamp": stamp}
             try:
-                await self.client.patch(EVENTS, seen.name, patch, seen.namespace)
+                await self.client.patch(EVENTS, decision.name, patch, decision.namespace)
             except ApiError as exc:
                 if exc.code != 404:
                     raise
+                self.correlator.forget(decision.identity)
+                decision = Create(decision.identity, decision.message)
             else:
-                seen.count += 1
-                seen.last = now
+                self.correlator.bumped(decision, now)
                 return
         namespace = involved.get("namespace") or "default"
         name = f"{involved.get('name') or 'event'}.{secrets.token_hex(8)}"
@@ -139,7 +145,7 @@ class EventRecorder:
             "metadata": {"name": name, "namespace": namespace},
             "involvedObject": involved,
             "reason": reason,
-            "message": message,
+            "message": decision.message,
             "type": type,
             "source": {"component": self.component, **({"host": self.host} if self.host else {})},
             "firstTimestamp": stamp,
@@ -148,8 +154,4 @@ class EventRecorder:
             "reportingComponent": self.component,
         }
         await self.client.create(EVENTS, event, namespace)
-        if len(self._seen) >= _MAX_REMEMBERED:
-            self._seen = {k: v for k, v in self._seen.items() if now - v.last < DEDUP_WINDOW}
-            if len(self._seen) >= _MAX_REMEMBERED:
-                self._seen.pop(next(iter(self._seen)))
-        self._seen[key] = _Seen(namespace, name, 1, now)
+        self.correlator.created(decision, namespace, name, now)
