@@ -61,7 +61,7 @@ class LoopLag(trio.abc.Instrument):
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
         self.window = LagWindow()
-        self._step_start = 0.0
+        self._step_start: float | None = None  # None: the step began before we were added
         self._batch_start: float | None = None
 
     def take(self) -> LagWindow:
@@ -73,6 +73,8 @@ class LoopLag(trio.abc.Instrument):
         self._step_start = self._clock()
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if self._step_start is None:
+            return
         took = self._clock() - self._step_start
         w = self.window
         w.steps += 1
