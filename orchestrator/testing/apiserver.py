@@ -39,6 +39,7 @@ import yaml
 from orchestrator.agent.service import AgentConfig
 from orchestrator.apiserver.resources import Api
 from orchestrator.apiserver.server import ApiOptions
+from orchestrator.controllers.runtime import ControllerOptions
 from orchestrator.raft.node import NodeConfig
 from orchestrator.security.authn import User
 from orchestrator.security.renewal import RenewalConfig
@@ -111,13 +112,15 @@ async def api_server(
     controllers: bool = True,
     agent: AgentConfig | None = None,
     cert_renewal: RenewalConfig | None = None,
+    controller_options: ControllerOptions | None = None,
 ) -> AsyncIterator[Harness]:
     """Run a single-member server for the body of the `async with`.
 
     `data_dir`: keep its data there (default: a temporary directory); `tls`: serve HTTPS;
     `controllers`: run the controllers (off, nothing but the test writes); `agent`: run the
     server's embedded node agent (its data in `<data_dir>/agent`); `cert_renewal`: the
-    certificate renewal loop's intervals and wall clock."""
+    certificate renewal loop's intervals and wall clock; `controller_options`: the built-in
+    controllers' settings (the node monitor's grace period, ...)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = data_dir or Path(tmp)
         node = NodeConfig(
@@ -140,6 +143,7 @@ async def api_server(
                 cert_renewal=cert_renewal or RenewalConfig(),
             ),
             controllers=controllers,
+            controller_options=controller_options or ControllerOptions(),
             agent=agent,
         )
         server = Server(opts)
