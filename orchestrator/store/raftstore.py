@@ -18,8 +18,8 @@ keeps what local database reads found).
 Invariants: a request that cannot reach a quorum fails with `NoQuorum` after `quorum_timeout`
 instead of hanging; a retry happens only when the earlier attempt certainly had no effect (no
 leader, refused, or its log entry was overwritten). A leader that is only slow (overloaded: it
-applied entries during the wait, so a quorum answers) is not a lost quorum: its requests wait
-another `quorum_timeout` each time progress was made, up to `overload_timeout` in all, so an
+applied entries during the wait, so a quorum answers; or it is the only voter) is not a lost
+quorum: its requests wait another `quorum_timeout` each time, up to `overload_timeout` in all, so an
 overloaded server slows down instead of failing writes it would have committed a moment later
 (and inviting retries that add to the load). Only the leader compacts automatically; every
 server checkpoints its WAL.
@@ -300,11 +300,14 @@ class RaftStore:
                 raise self._no_quorum(what)
 
     def _progressed(self, applied: int, final: float) -> bool:
-        """Whether a request that waited since the applied index was `applied` may wait on: this
-        server leads and applied entries since (a quorum answers; it is busy, not cut off), and
-        `final` (its `overload_timeout`) has not passed."""
+        """Whether a request that waited since the applied index was `applied` may wait on,
+        `final` (its `overload_timeout`) not passed: this server leads and either applied
+        entries since (a quorum answers; it is busy, not cut off) or is the only voter (its
+        quorum is itself: a wait is only its own backlog)."""
         node = self.node
-        return node.is_leader and node.applied_index() > applied and trio.current_time() < final
+        if not node.is_leader or trio.current_time() >= final:
+            return False
+        return node.applied_index() > applied or node.conf().voters == {node.id}
 
     def _no_quorum(self, what: str) -> NoQuorum:
         return NoQuorum(
