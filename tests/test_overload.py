@@ -6,12 +6,13 @@ hog), many concurrent creates (more than it can commit as they come), repeated l
 growing collection over HTTP and in process, and a Deployment whose pods its agent runs. While
 that lasts, a monitor reads the node's Lease and Node. Then the load stops.
 
-The store's quorum timeout is cut to 0.5 s, which this load exceeds as the issue's slower
-device exceeded the default 5 s. What must hold (issue 18): the node's Lease never goes stale (its renewTime is never older than
-the lease duration when looked at, and the node lifecycle controller, whose grace period is that
-duration, never marks the Node not Ready nor taints it); no acknowledged write is lost (every
-create answered 2xx is in the list afterwards; a refused one may only be a 429); and once the
-load stops the server recovers by itself (writes succeed, the Lease is renewed again).
+The store's quorum timeout is cut to 0.5 s, which this load exceeds as the issue's slower device
+exceeded the default 5 s. What must hold (issue 18): the node's Lease never goes stale (its
+renewTime is never older than the lease duration when looked at, and the node lifecycle
+controller, whose grace period is that duration, never marks the Node not Ready nor taints it);
+no acknowledged write is lost (every create answered 2xx is in the list afterwards; a refused
+one may only be a 429); and once the load stops the server recovers by itself (writes succeed,
+the Lease is renewed again).
 
 Not timed: nothing asserts how long anything took. The load is a fixed amount of work (counts
 of steps, creates and lists), every wait has a generous `fail_after`, and the loop-lag figures
