@@ -25,6 +25,9 @@ way a user starts it, so interpreter start-up and imports are included):
   server's own node (`nodeName`, so the 110-pod capacity the scheduler enforces does not cap
   it), all Running on the simulated runtime; then RSS and CPU over a short window. The process
   holds the store, the API's caches, the controllers' informers and one agent worker per pod.
+  The bench polls the pod list once a second meanwhile; a failed list (an error status, a
+  timeout, a dropped connection) is counted, not fatal, and so are the server log's lines a
+  load must not cause (`no quorum`, failed Lease renewals, ERRORs): both are reported.
 * **Agent only**: an `orchestrator agent --runtime simulated` process joined (K10 token) to a
   separate server without an agent, idle with its Node Ready: its RSS and CPU.
 * **Leader failover** in a three-server site (production Raft timing: 100 ms tick, 10-tick
