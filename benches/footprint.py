@@ -25,6 +25,9 @@ way a user starts it, so interpreter start-up and imports are included):
   server's own node (`nodeName`, so the 110-pod capacity the scheduler enforces does not cap
   it), all Running on the simulated runtime; then RSS and CPU over a short window. The process
   holds the store, the API's caches, the controllers' informers and one agent worker per pod.
+  The bench polls the pod list once a second meanwhile; a failed list (an error status, a
+  timeout, a dropped connection) is counted, not fatal, and so are the server log's lines a
+  load must not cause (`no quorum`, failed Lease renewals, ERRORs): both are reported.
 * **Agent only**: an `orchestrator agent --runtime simulated` process joined (K10 token) to a
   separate server without an agent, idle with its Node Ready: its RSS and CPU.
 * **Leader failover** in a three-server site (production Raft timing: 100 ms tick, 10-tick
@@ -353,7 +356,7 @@ def deployment(replicas: int) -> Obj:
     }
 
 
-def with_pods(kubeconfig: Path, pid: int, count: int, window: float) -> Obj:
+def with_pods(kubeconfig: Path, pid: int, count: int, window: float, log: Path) -> Obj:
     client, url = admin_client(kubeconfig, timeout=30)
     with client:
         t0 = time.monotonic()
@@ -363,10 +366,24 @@ def with_pods(kubeconfig: Path, pid: int, count: int, window: float) -> Obj:
         if r.status_code != 201:
             raise BenchError(f"creating the Deployment: {r.status_code} {r.text[:300]}")
 
+        list_errors: list[str] = []
+
         def all_running() -> int | None:
-            items = client.get(
-                url + "/api/v1/namespaces/default/pods", params={"labelSelector": "app=footprint"}
-            ).json()["items"]
+            # A failed list (an error status, a timeout, a dropped connection) is reported,
+            # not fatal: the server is expected to slow down under this load, and the next
+            # poll tries again (only `wait_for`'s deadline ends the wait).
+            try:
+                r = client.get(
+                    url + "/api/v1/namespaces/default/pods",
+                    params={"labelSelector": "app=footprint"},
+                )
+                items = r.json()["items"] if r.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                list_errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                return None
+            if items is None:
+                list_errors.append(f"{r.status_code} {r.text[:200]}")
+                return None
             n = sum((p.get("status") or {}).get("phase") == "Running" for p in items)
             return n if n >= count else None
 
@@ -375,6 +392,27 @@ def with_pods(kubeconfig: Path, pid: int, count: int, window: float) -> Obj:
     time.sleep(5.0 if window >= 10 else 1.0)  # let the last status writes settle
     out = observe(pid, window)
     out.update(pods=count, create_to_running_s=round(to_running, 1))
+    out["list_errors"] = len(list_errors)
+    if list_errors:
+        out["list_error_samples"] = list_errors[:5]
+    out["server_errors"] = server_errors(log)
+    return out
+
+
+def server_errors(log: Path) -> Obj:
+    """What the server logged that a load must not cause: failed writes (503, no quorum),
+    failed Lease renewals, controller errors (counted, with the first few lines)."""
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    marks = {
+        "no_quorum": "no quorum answered",
+        "lease_renewal_failed": "lease renewal failed",
+        "controller_errors": "failed; retrying",
+        "errors": " ERROR ",
+    }
+    out: Obj = {k: sum(m in line for line in lines) for k, m in marks.items()}
+    samples = [line[:200] for line in lines if any(m in line for m in marks.values())]
+    if samples:
+        out["samples"] = samples[:5]
     return out
 
 
@@ -548,6 +586,16 @@ def print_table(r: Obj) -> None:
                 f"CPU {p['cpu_pct']} %; all Running {p['create_to_running_s']} s after create",
             )
         )
+        errs = p.get("server_errors") or {}
+        rows.append(
+            (
+                "",
+                "",
+                f"list errors {p.get('list_errors', 0)}; server: no-quorum "
+                f"{errs.get('no_quorum', 0)}, lease renewals failed "
+                f"{errs.get('lease_renewal_failed', 0)}, errors {errs.get('errors', 0)}",
+            )
+        )
         a = r["agent"]
         rows.append(
             (
@@ -618,7 +666,9 @@ def main(argv: list[str] | None = None) -> int:
             cold["simulated"]["runtime"] = node_runtime_label(kubeconfig)
             time.sleep(5.0 if args.idle >= 10 else 1.0)
             result["idle"] = observe(proc.pid, args.idle)
-            result["pods"] = with_pods(kubeconfig, proc.pid, args.pods, min(args.idle, 10.0))
+            result["pods"] = with_pods(
+                kubeconfig, proc.pid, args.pods, min(args.idle, 10.0), proc.log
+            )
         finally:
             proc.stop()
         cold["containerd"] = (

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import trio
 
+from orchestrator import looplag
 from orchestrator.agent.service import AgentConfig, run_embedded
 from orchestrator.apiserver.server import DRAIN_TIMEOUT, ApiOptions, ApiServer
 from orchestrator.assembly import controller_manager
@@ -426,6 +427,9 @@ async def serve_until_signalled(opts: ServerOptions, notifier: Notifier | None =
     with trio.open_signal_receiver(*sigs) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(watchdog_task, notifier)
+            lag_interval = looplag.interval_from_env()
+            if lag_interval is not None:  # a diagnostic: what blocks the event loop
+                nursery.start_soon(looplag.report_task, lag_interval)
             notifier.status("starting: opening the store")
             server = Server(opts)
             await nursery.start(server.run)

@@ -155,6 +155,8 @@ class AgentConfig:
     node_ip: str = ""  # default: the API's listen address if specific, else the outbound one
     kubelet_port: int = DEFAULT_KUBELET_PORT  # the log endpoint's; 0: any free port
     worker: WorkerOptions = field(default_factory=WorkerOptions)  # tests shorten back-offs
+    lease_duration: int = 40  # the node Lease's (seconds; the kubelet's default)
+    renew_interval: float = 10.0  # seconds between Lease renewals
 
 
 RUNTIMES = ("auto", "containerd", "simulated")
@@ -246,7 +248,14 @@ async def run_embedded(
     labels = dict(config.labels)
     kind, runtime = await choose_runtime(config.runtime, config.containerd_socket, labels)
     options = AgentOptions(
-        name, data_dir, labels=labels, node_ip=node_ip, worker=config.worker, kubelet_port=0
+        name,
+        data_dir,
+        labels=labels,
+        node_ip=node_ip,
+        worker=config.worker,
+        kubelet_port=0,
+        lease_duration=config.lease_duration,
+        renew_interval=config.renew_interval,
     )
     agent = Agent(node_client(api.api, name), runtime, options)
     try:

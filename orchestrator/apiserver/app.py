@@ -52,6 +52,7 @@ from orchestrator.apiserver.handler import Call
 from orchestrator.apiserver.options import ListOptions, WatchOptions, WriteOptions
 from orchestrator.apiserver.request import Query, RequestInfo, parse_path
 from orchestrator.apiserver.resources import Api
+from orchestrator.apiserver.slices import TimeSlice, encode_json
 from orchestrator.apiserver.watch import open_watch
 from orchestrator.kube import errors
 from orchestrator.kube.errors import ApiError
@@ -195,18 +196,20 @@ class ApiApp:
         headers.append((b"cache-control", b"no-cache, private"))
         headers += [(k.lower().encode(), v.encode()) for k, v in response.headers.items()]
         if response.stream is None:
-            body = (
-                response.body
+            pieces = (
+                [response.body]
                 if isinstance(response.body, bytes)
-                else dumps(response.body)
+                else await encode_json(response.body)  # a long list in slices
                 if response.body is not None
-                else b""
+                else [b""]
             )
-            headers.append((b"content-length", str(len(body)).encode()))
+            headers.append((b"content-length", str(sum(map(len, pieces))).encode()))
             await send(
                 {"type": "http.response.start", "status": response.status, "headers": headers}
             )
-            await send({"type": "http.response.body", "body": body})
+            for piece in pieces[:-1]:
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+            await send({"type": "http.response.body", "body": pieces[-1]})
             return
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         stream = response.stream
@@ -470,10 +473,12 @@ class ApiApp:
         first = True
         watchers = API_WATCHERS.labels(kind.plural)
         watchers.inc()
+        timeslice = TimeSlice()  # a batch may be a long initial state or catch-up
         try:
             async for batch in events:
                 lines = []
                 for ev in batch:
+                    await timeslice.pause()
                     if as_table and ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         obj = ev["object"]
                         ev = {

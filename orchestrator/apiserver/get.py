@@ -5,7 +5,10 @@ A get or list with resourceVersion "0" (and no continue token) is served by a lo
 possibly stale read, as the apiserver serves it from its watch cache; anything else reads
 linearizably. A list honours `limit` and `continue` across pages of the store: the store's
 pages are filtered by the selectors until `limit` objects matched or the store has no more,
-so a page may hold fewer than `limit` objects only when it is the last.
+so a page may hold fewer than `limit` objects only when it is the last. However long, a list
+is read from the store in pages of at most `STORE_PAGE` keys at the first page's revision, and
+decoded, filtered and presented between `TimeSlice` pauses (see `slices`): a list of many
+objects never holds the event loop, or the store's database thread, for long.
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ from collections.abc import Callable
 
 from orchestrator.apiserver.handler import Call, Handler
 from orchestrator.apiserver.options import ListOptions
+from orchestrator.apiserver.slices import TimeSlice
+from orchestrator.apiserver.storage import decode
 from orchestrator.kube import errors
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.kind import Kind
 from orchestrator.kube.selectors import FieldSelector, LabelSelector, check_field_labels
+
+STORE_PAGE = 500  # keys per store read of a list (see `select`)
 
 
 async def get_object(
@@ -83,11 +90,20 @@ async def select(
     token = opts.continue_token
     stale = opts.stale_ok()
     out: list[Obj] = []
+    timeslice = TimeSlice()
     while True:
-        page, res = await h.objects.list(
-            kind, ns, limit=max(limit - len(out), 0), continue_token=token, stale_ok=stale
+        # Never more than STORE_PAGE keys per read: the state machine's database thread (which
+        # applies the Raft log too) is held for one page, and the pages after the first are
+        # read at its revision (the continue token's), so the list is still one snapshot.
+        page_limit = min(limit - len(out), STORE_PAGE) if limit else STORE_PAGE
+        res = await h.objects.list_kvs(
+            kind, ns, limit=page_limit, continue_token=token, stale_ok=stale
         )
-        out.extend(h.present(kind, o) for o in page if matches(o))
+        for kv in res.kvs:
+            await timeslice.pause()
+            obj = decode(kv)
+            if matches(obj):
+                out.append(h.present(kind, obj))
         token = res.continue_token
         if token is None or (limit and len(out) >= limit):
             return out, res.revision, token

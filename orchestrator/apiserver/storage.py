@@ -176,8 +176,23 @@ class ObjectStore:
         continue_token: str | None = None,
         stale_ok: bool = False,
     ) -> tuple[list[Obj], ListResult]:
+        res = await self.list_kvs(
+            kind, namespace, limit=limit, continue_token=continue_token, stale_ok=stale_ok
+        )
+        return [decode(kv) for kv in res.kvs], res
+
+    async def list_kvs(
+        self,
+        kind: Kind,
+        namespace: str,
+        *,
+        limit: int = 0,
+        continue_token: str | None = None,
+        stale_ok: bool = False,
+    ) -> ListResult:
+        """`list` without the decoding (the caller decodes with `decode`, a piece at a time)."""
         try:
-            res = await self.store.list(
+            return await self.store.list(
                 prefix_of(kind, namespace),
                 limit=limit,
                 continue_token=continue_token,
@@ -187,7 +202,6 @@ class ObjectStore:
             raise errors.bad_request(str(exc)) from exc
         except st.StoreError as exc:
             raise store_error(exc, kind, "") from exc
-        return [decode(kv) for kv in res.kvs], res
 
     async def create(self, kind: Kind, obj: Obj, *, share: bool = False) -> Obj:
         """Store a new object; returns it with its resourceVersion (sharing `obj`'s parts).

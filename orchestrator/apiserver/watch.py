@@ -33,6 +33,7 @@ from typing import Any
 from orchestrator.apiserver.get import matcher, select
 from orchestrator.apiserver.handler import Call, Handler
 from orchestrator.apiserver.options import WatchOptions
+from orchestrator.apiserver.slices import TimeSlice
 from orchestrator.apiserver.storage import Decoded, decode_value
 from orchestrator.kube import errors
 from orchestrator.kube.objects import Obj
@@ -40,7 +41,9 @@ from orchestrator.kube.schema.kind import Kind
 from orchestrator.kube.selectors import FieldRequirement, FieldSelector
 from orchestrator.store.types import EventType
 
-INITIAL_BATCH = 500  # the initial state's ADDED events go out in batches of this many
+# The initial state's ADDED events go out in batches of this many: a consumer handles a batch in
+# one step (an informer fills its cache), so a batch is kept small enough for a short one.
+INITIAL_BATCH = 100
 
 
 def bookmark(kind: Kind, revision: int, annotations: dict[str, str] | None = None) -> Obj:
@@ -103,6 +106,7 @@ async def open_watch(
     only = None if opts.everything() else matches
 
     async def events() -> AsyncIterator[list[Obj]]:
+        timeslice = TimeSlice()
         async with watcher:
             for i in range(0, len(first), INITIAL_BATCH):
                 yield first[i : i + INITIAL_BATCH]
@@ -120,11 +124,12 @@ async def open_watch(
                     if bookmarks:
                         yield [bookmark(kind, response.revision)]
                     continue
-                batch = [
-                    out
-                    for e in response.events
-                    if (out := _translate(h, kind, e, only, decoded, read_only)) is not None
-                ]
+                batch = []
+                for e in response.events:  # a catch-up from the history may be long
+                    await timeslice.pause()
+                    out = _translate(h, kind, e, only, decoded, read_only)
+                    if out is not None:
+                        batch.append(out)
                 if batch:
                     yield batch
 

@@ -6,7 +6,7 @@ writes, and what a container does when it is reached: the simulated network (`ht
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -32,6 +32,8 @@ from orchestrator.cri.simshell import (
 )
 
 __all__ = [
+    "POD_UID_LABEL",
+    "PodIndex",
     "SimContainer",
     "SimSandbox",
     "accepts",
@@ -40,6 +42,39 @@ __all__ = [
     "run_exec",
     "url_port",
 ]
+
+# The label the kubelet (and our agent) puts on every sandbox and container of a pod, and lists
+# one pod's sandboxes and containers by.
+POD_UID_LABEL = "io.kubernetes.pod.uid"
+
+
+class PodIndex:
+    """The ids of the sandboxes and containers of each pod (by their `POD_UID_LABEL`), so that
+    a list filtered by that label (every pod worker's observation, every second) looks at one
+    pod's entries instead of all of them: without it, N pods cost O(N^2) per relist round."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, dict[str, None]] = {}  # pod UID -> ids, in creation order
+
+    def add(self, ident: str, labels: Mapping[str, str]) -> None:
+        uid = labels.get(POD_UID_LABEL)
+        if uid is not None:
+            self._ids.setdefault(uid, {})[ident] = None
+
+    def discard(self, ident: str, labels: Mapping[str, str]) -> None:
+        uid = labels.get(POD_UID_LABEL)
+        if uid is None or uid not in self._ids:
+            return
+        ids = self._ids[uid]
+        ids.pop(ident, None)
+        if not ids:
+            del self._ids[uid]
+
+    def narrow(self, labels: Mapping[str, str] | None) -> list[str] | None:
+        """The only ids that can match `labels` (in creation order), or None when the filter
+        names no pod."""
+        uid = labels.get(POD_UID_LABEL) if labels else None
+        return None if uid is None else list(self._ids.get(uid, ()))
 
 
 @dataclass

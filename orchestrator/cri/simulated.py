@@ -58,7 +58,7 @@ import os
 import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 import trio
 
@@ -87,6 +87,7 @@ from orchestrator.cri.runtime import (
 )
 from orchestrator.cri.simshell import Behaviour, BehaviourSource, timeline_of
 from orchestrator.cri.simstate import (
+    PodIndex,
     SimContainer,
     SimSandbox,
     accepts,
@@ -98,6 +99,7 @@ from orchestrator.cri.simstate import (
 __all__ = ["DEFAULT_IMAGES", "Behaviour", "SimulatedRuntime", "format_cri_log_line"]
 
 DEFAULT_IMAGES: Final = ("localhost/busybox:1", "localhost/pause:1")
+_E = TypeVar("_E", SimSandbox, SimContainer)
 
 
 class SimulatedRuntime:
@@ -129,6 +131,7 @@ class SimulatedRuntime:
         self._next_host = 2  # .1 is the gateway
         self._sandboxes: dict[str, SimSandbox] = {}
         self._containers: dict[str, SimContainer] = {}
+        self._pods = PodIndex()  # the ids of each pod's sandboxes and containers
 
     # ------------------------------------------------------------------ sim-only controls
 
@@ -269,6 +272,14 @@ class SimulatedRuntime:
         c.exit_code = code
         c.reason = reason or ("Completed" if code == 0 else "Error")
 
+    def _select(self, table: dict[str, _E], labels: Mapping[str, str] | None) -> list[_E]:
+        """The entries of `table` a list filtered by `labels` must look at (in creation
+        order): one pod's, when the filter names a pod."""
+        ids = self._pods.narrow(labels)
+        if ids is None:
+            return list(table.values())
+        return [table[i] for i in ids if i in table]
+
     def _sandbox(self, sandbox_id: str) -> SimSandbox:
         try:
             return self._sandboxes[sandbox_id]
@@ -330,6 +341,7 @@ class SimulatedRuntime:
         ip = "" if config.host_network else self._allocate_ip()
         sid = self._new_id()
         self._sandboxes[sid] = SimSandbox(sid, config, SandboxState.READY, self._now_ns(), ip)
+        self._pods.add(sid, config.labels)
         if config.log_directory:
             os.makedirs(config.log_directory, exist_ok=True)
         return sid
@@ -352,8 +364,9 @@ class SimulatedRuntime:
         s = self._sandboxes.pop(sandbox_id, None)
         if s is None:
             return
+        self._pods.discard(sandbox_id, s.config.labels)
         for cid in [c.id for c in self._containers.values() if c.sandbox_id == sandbox_id]:
-            del self._containers[cid]
+            self._pods.discard(cid, self._containers.pop(cid).config.labels)
         if s.ip:
             self._free_ips.append(s.ip)
 
@@ -384,7 +397,7 @@ class SimulatedRuntime:
     ) -> list[PodSandbox]:
         await self._enter()
         out = []
-        for s in self._sandboxes.values():
+        for s in self._select(self._sandboxes, labels):
             c = s.config
             if sandbox_id and s.id != sandbox_id:
                 continue
@@ -450,6 +463,7 @@ class SimulatedRuntime:
             created_at=self._now_ns(),
             resources=config.resources,
         )
+        self._pods.add(cid, config.labels)
         return cid
 
     async def start_container(self, container_id: str) -> None:
@@ -502,7 +516,9 @@ class SimulatedRuntime:
 
     async def remove_container(self, container_id: str) -> None:
         await self._enter()
-        self._containers.pop(container_id, None)
+        c = self._containers.pop(container_id, None)
+        if c is not None:
+            self._pods.discard(container_id, c.config.labels)
 
     async def container_status(self, container_id: str) -> ContainerStatus:
         await self._enter()
@@ -536,7 +552,7 @@ class SimulatedRuntime:
     ) -> list[Container]:
         await self._enter()
         out = []
-        for c in self._containers.values():
+        for c in self._select(self._containers, labels):
             self._advance(c)
             cfg = c.config
             if container_id and c.id != container_id:

@@ -17,7 +17,11 @@ keeps what local database reads found).
 
 Invariants: a request that cannot reach a quorum fails with `NoQuorum` after `quorum_timeout`
 instead of hanging; a retry happens only when the earlier attempt certainly had no effect (no
-leader, refused, or its log entry was overwritten). Only the leader compacts automatically; every
+leader, refused, or its log entry was overwritten). A leader that is only slow (overloaded: it
+applied entries during the wait, so a quorum answers; or it is the only voter) is not a lost
+quorum: its requests wait another `quorum_timeout` each time, up to `overload_timeout` in all, so an
+overloaded server slows down instead of failing writes it would have committed a moment later
+(and inviting retries that add to the load). Only the leader compacts automatically; every
 server checkpoints its WAL.
 """
 
@@ -203,6 +207,7 @@ class RaftStore:
         open_store: Callable[[Path], MVCCStore],
         *,
         quorum_timeout: float = 5.0,
+        overload_timeout: float = 60.0,
         compaction: CompactionPolicy | None = None,
         checkpoint_interval: float = 30.0,
     ) -> None:
@@ -211,14 +216,16 @@ class RaftStore:
             cfg, self._open, on_apply=self._on_apply, on_snapshot=self._on_snapshot
         )
         self.quorum_timeout = quorum_timeout
+        self.overload_timeout = overload_timeout  # see the module doc
         self.compaction = compaction or CompactionPolicy()
         self.checkpoint_interval = checkpoint_interval
         # Both set by `_open`, which the node calls when it starts, before its first apply.
         self.mvcc: MVCCStore
         self.hub: WatchHub
         self._nursery: trio.Nursery | None = None
-        # Write deadlines, [deadline, seq, waiter-or-None] in a heap: one task fails the waiters
-        # that reach theirs, which is cheaper than a cancel scope per write (see `_write`).
+        # Write deadlines, [deadline, seq, waiter-or-None, applied index, final deadline] in a
+        # heap: one task fails the waiters that reach theirs, which is cheaper than a cancel
+        # scope per write (see `_write`), or gives them more time (`_progressed`).
         self._deadlines: list[list[Any]] = []
         self._deadline_seq = itertools.count()
         self._sweep = trio.CancelScope()  # the `_expire` task's current sleep
@@ -273,19 +280,34 @@ class RaftStore:
 
     # ------------------------------------------------------------------ helpers
     async def _with_quorum(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
-        """Run `attempt`, retrying while that is safe, for at most quorum_timeout seconds."""
+        """Run `attempt`, retrying while that is safe, for at most quorum_timeout seconds (more
+        while this leader makes progress: see `_progressed`)."""
         delay = 0.01
-        with trio.move_on_after(self.quorum_timeout):
-            while True:
-                try:
-                    return await attempt()
-                except (NotLeader, Busy, ReadAborted, ProposalLost):
-                    pass  # certainly no effect: retry (a leader may be elected meanwhile)
-                except OutcomeUnknown as exc:
-                    raise NoQuorum(f"{what}: {exc}") from exc
-                await trio.sleep(delay)
-                delay = min(delay * 2, 0.2)
-        raise self._no_quorum(what)
+        final = trio.current_time() + self.overload_timeout
+        while True:
+            applied = self.node.applied_index()
+            with trio.move_on_after(self.quorum_timeout):
+                while True:
+                    try:
+                        return await attempt()
+                    except (NotLeader, Busy, ReadAborted, ProposalLost):
+                        pass  # certainly no effect: retry (a leader may be elected meanwhile)
+                    except OutcomeUnknown as exc:
+                        raise NoQuorum(f"{what}: {exc}") from exc
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, 0.2)
+            if not self._progressed(applied, final):
+                raise self._no_quorum(what)
+
+    def _progressed(self, applied: int, final: float) -> bool:
+        """Whether a request that waited since the applied index was `applied` may wait on,
+        `final` (its `overload_timeout`) not passed: this server leads and either applied
+        entries since (a quorum answers; it is busy, not cut off) or is the only voter (its
+        quorum is itself: a wait is only its own backlog)."""
+        node = self.node
+        if not node.is_leader or trio.current_time() >= final:
+            return False
+        return node.applied_index() > applied or node.conf().voters == {node.id}
 
     def _no_quorum(self, what: str) -> NoQuorum:
         return NoQuorum(
@@ -303,11 +325,20 @@ class RaftStore:
                 self._sweep = scope
                 await trio.sleep_forever()
             now = trio.current_time()
+            later = []
             while heap and heap[0][0] <= now:
-                w = heapq.heappop(heap)[2]
-                if w is not None:
-                    w.fail(_Expired())
-                    RAFT_PROPOSALS_FAILED.inc()  # no quorum in time: outcome unknown
+                item = heapq.heappop(heap)
+                w = item[2]
+                if w is None:
+                    continue
+                if self._progressed(item[3], item[4]):  # busy, not cut off: wait on
+                    item[0], item[3] = now + self.quorum_timeout, self.node.applied_index()
+                    later.append(item)
+                    continue
+                w.fail(_Expired())
+                RAFT_PROPOSALS_FAILED.inc()  # no quorum in time: outcome unknown
+            for item in later:
+                heapq.heappush(heap, item)
 
     async def _write(self, what: str, command: bytes) -> Any:
         """`_with_quorum(what, lambda: node.propose(command))`, with the same retries and the
@@ -315,12 +346,15 @@ class RaftStore:
         deadline instead of by a cancel scope around each write (one of the larger per-write
         costs on the leader). As with the cancel scope, the proposal itself is not withdrawn:
         only the wait ends, and the outcome is reported unknown."""
-        deadline = trio.current_time() + self.quorum_timeout
+        now = trio.current_time()
+        deadline = now + self.quorum_timeout
+        final = now + self.overload_timeout
         delay = 0.01
         fence = current_fence()  # see store/fencing.py: checked again on every retry
         while True:
+            applied = self.node.applied_index()
             waiter = self.node.submit(command, fence_term=fence)
-            item: list[Any] = [deadline, next(self._deadline_seq), waiter]
+            item: list[Any] = [deadline, next(self._deadline_seq), waiter, applied, final]
             heapq.heappush(self._deadlines, item)
             if deadline + 0.01 < self._sweep.deadline:
                 self._sweep.deadline = deadline + 0.01
@@ -357,8 +391,16 @@ class RaftStore:
         deadline), or one of NotLeader, Busy, ReadAborted, ProposalLost when the attempt
         certainly had no effect and the caller should retry the usual way (`update`, ...).
         Unfenced: for clients of the store, not for controllers."""
-        deadline = trio.current_time() + self.quorum_timeout
-        item: list[Any] = [deadline, next(self._deadline_seq), None]
+        now = trio.current_time()
+        deadline = now + self.quorum_timeout
+        final = now + self.overload_timeout
+        item: list[Any] = [
+            deadline,
+            next(self._deadline_seq),
+            None,
+            self.node.applied_index(),
+            final,
+        ]
 
         def finish(value: Any, error: BaseException | None) -> None:
             item[2] = None

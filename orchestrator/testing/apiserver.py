@@ -40,6 +40,7 @@ from orchestrator.agent.service import AgentConfig
 from orchestrator.apiserver.flowcontrol import FlowControlConfig
 from orchestrator.apiserver.resources import Api
 from orchestrator.apiserver.server import ApiOptions
+from orchestrator.controllers.runtime import ControllerOptions
 from orchestrator.raft.node import NodeConfig
 from orchestrator.security.authn import User
 from orchestrator.security.renewal import RenewalConfig
@@ -113,6 +114,7 @@ async def api_server(
     agent: AgentConfig | None = None,
     cert_renewal: RenewalConfig | None = None,
     flowcontrol: FlowControlConfig | None = None,
+    controller_options: ControllerOptions | None = None,
 ) -> AsyncIterator[Harness]:
     """Run a single-member server for the body of the `async with`.
 
@@ -120,7 +122,8 @@ async def api_server(
     `controllers`: run the controllers (off, nothing but the test writes); `agent`: run the
     server's embedded node agent (its data in `<data_dir>/agent`); `cert_renewal`: the
     certificate renewal loop's intervals and wall clock; `flowcontrol`: the overload gate's
-    seats and levels (default: the server's)."""
+    seats and levels (default: the server's); `controller_options`: the built-in
+    controllers' settings (the node monitor's grace period, ...)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = data_dir or Path(tmp)
         node = NodeConfig(
@@ -144,6 +147,7 @@ async def api_server(
                 flowcontrol=flowcontrol or FlowControlConfig(),
             ),
             controllers=controllers,
+            controller_options=controller_options or ControllerOptions(),
             agent=agent,
         )
         server = Server(opts)
