@@ -33,9 +33,12 @@ import argparse
 import importlib.util
 import json
 import logging
+import os
 import resource
 import sys
 import tempfile
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -43,10 +46,12 @@ from typing import Any, TextIO
 import trio
 
 from orchestrator.apiserver.server import ApiOptions
-from orchestrator.client.resource import DEPLOYMENTS, NAMESPACES, PODS, REPLICASETS
+from orchestrator.bench.httpnodes import HttpNodes, start_http_nodes
+from orchestrator.client.resource import DEPLOYMENTS, NAMESPACES, NODES, PODS, REPLICASETS
 from orchestrator.controllers.runtime import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
+from orchestrator.metrics import REGISTRY
 from orchestrator.raft.node import NodeConfig
 from orchestrator.scheduler.scheduler import Scheduler
 from orchestrator.security.authn import User
@@ -60,13 +65,9 @@ log = logging.getLogger(__name__)
 ADMIN = User("bench-admin", ("system:masters", "system:authenticated"))
 NAMESPACE = "bench"
 CREATE_PARALLELISM = 8
-
-
-@dataclass
-class _Pod:
-    created: float
-    bound: float | None = None
-    running: float | None = None
+RSS_SAMPLE_INTERVAL = 0.2  # seconds between samples of the current RSS during the run
+# Taints the node lifecycle controller puts on a node whose Lease expired.
+_LEASE_TAINTS = frozenset({"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"})
 
 
 @dataclass
@@ -94,7 +95,7 @@ class BenchResult:
         return out
 
 
-def _percentile(values: list[float], q: float) -> float:
+def _percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
@@ -102,10 +103,18 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 class _Observer:
-    """Per-pod timestamps from the shared pod informer (see the module doc)."""
+    """Per-pod timestamps from the shared pod informer (see the module doc), kept small so the
+    benchmark's own bookkeeping hardly shows in RSS per pod: a pod's times are held only until it
+    is Running, then only its three latencies (8 bytes each, in arrays) and its uid (a string the
+    informer's cached pod holds anyway) in the set of pods done."""
 
     def __init__(self) -> None:
-        self.pods: dict[str, _Pod] = {}
+        self.pending: dict[str, list[float]] = {}  # uid -> [created, bound or -1] until Running
+        self.done: set[str] = set()
+        self.c2b = array("d")
+        self.b2r = array("d")
+        self.c2r = array("d")
+        self.seen = 0
         self.bound = 0
         self.running = 0
         self.first_bind: float | None = None
@@ -113,23 +122,39 @@ class _Observer:
         self.all_running = trio.Event()
         self.expected = 0
 
+    def nbytes(self) -> int:
+        """Roughly what the observer holds beyond the informer's own objects."""
+        arrays = sum(a.buffer_info()[1] * a.itemsize for a in (self.c2b, self.b2r, self.c2r))
+        pending = sum(sys.getsizeof(v) for v in self.pending.values())
+        return sys.getsizeof(self.done) + sys.getsizeof(self.pending) + pending + arrays
+
+    def _bind(self, rec: list[float], now: float) -> None:
+        rec[1] = now
+        self.bound += 1
+        if self.first_bind is None:
+            self.first_bind = now
+        self.last_bind = now
+
     def observe(self, pod: Obj, now: float) -> None:
         meta = pod.get("metadata") or {}
-        key = str(meta.get("uid") or meta.get("name"))
-        rec = self.pods.get(key)
+        key = meta.get("uid") or meta.get("name")
+        if not isinstance(key, str) or key in self.done:
+            return
+        rec = self.pending.get(key)
         if rec is None:
-            rec = self.pods[key] = _Pod(now)
-        if rec.bound is None and (pod.get("spec") or {}).get("nodeName"):
-            rec.bound = now
-            self.bound += 1
-            if self.first_bind is None:
-                self.first_bind = now
-            self.last_bind = now
-        if rec.running is None and (pod.get("status") or {}).get("phase") == "Running":
-            rec.running = now
-            if rec.bound is None:
-                rec.bound = now
-                self.bound += 1
+            rec = self.pending[key] = [now, -1.0]
+            self.seen += 1
+        if rec[1] < 0 and (pod.get("spec") or {}).get("nodeName"):
+            self._bind(rec, now)
+        if (pod.get("status") or {}).get("phase") == "Running":
+            if rec[1] < 0:
+                self._bind(rec, now)
+            created, bound = rec
+            self.c2b.append(bound - created)
+            self.b2r.append(now - bound)
+            self.c2r.append(now - created)
+            del self.pending[key]
+            self.done.add(key)
             self.running += 1
             if self.running >= self.expected:
                 self.all_running.set()
@@ -194,6 +219,52 @@ def _usage() -> tuple[float, float]:
     return ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0
 
 
+def _rss_now_mib() -> float:
+    """The process's current resident set (MiB); the peak where /proc is not there."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return _usage()[1]
+
+
+def _metric_total(name: str, keep: Callable[[str], bool] = lambda _labels: True) -> float:
+    """The sum of a registered counter's samples whose label text `keep` accepts (0 if none)."""
+    family = REGISTRY.get(name)
+    if family is None:
+        return 0.0
+    total = 0.0
+    for line in family.render().splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            labels, _, value = line.rpartition(" ")
+            if keep(labels):
+                total += float(value)
+    return total
+
+
+def _server_errors() -> float:
+    """HTTP answers with a 5xx code so far (`apiserver_request_total`)."""
+    return _metric_total("apiserver_request_total", lambda labels: 'code="5' in labels)
+
+
+def _controller_errors() -> float:
+    return _metric_total("controller_runtime_reconcile_errors_total")
+
+
+async def _nodes_not_ready(admin: InProcessClient) -> int:
+    """Nodes whose Ready condition is not True, or that carry a taint the node lifecycle
+    controller puts on nodes whose Lease expired."""
+    listed = await admin.list(NODES)
+    bad = 0
+    for node in listed.get("items") or []:
+        conds = (node.get("status") or {}).get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+        taints = (node.get("spec") or {}).get("taints") or []
+        if not ready or any(t.get("key") in _LEASE_TAINTS for t in taints):
+            bad += 1
+    return bad
+
+
 async def run_bench(
     nodes: int,
     pods: int,
@@ -202,6 +273,7 @@ async def run_bench(
     progress: TextIO | None = None,
     data_dir: Path | None = None,
     give_up_after: float | None = None,
+    nodes_over_http: bool = False,
 ) -> BenchResult:
     """Run the benchmark (see the module doc) and return its figures."""
     workloads = deployments or max(1, pods // 100)
@@ -215,7 +287,7 @@ async def run_bench(
             ),
             "127.0.0.1:0",
             token="bench",
-            api=ApiOptions(root, "127.0.0.1:0", tls=False, cluster_token="bench"),
+            api=ApiOptions(root, "127.0.0.1:0", tls=nodes_over_http, cluster_token="bench"),
         )
         server = Server(opts)
         async with trio.open_nursery() as nursery:
@@ -232,14 +304,23 @@ async def run_bench(
                         await trio.sleep(0.05)
                 await admin.create(NAMESPACES, {"metadata": {"name": NAMESPACE}})
             tune_gc()  # as `orchestrator server` does once started
+            empty_rss = _rss_now_mib()
             per_node = max(110, -(-pods // nodes) + 10)  # room for every pod, whatever N
-            cluster = SimulatedCluster(
-                api, nodes, prefix="sim-", cpu="32", memory="256Gi", pods=per_node
-            )
+            node_opts = {"cpu": "32", "memory": "256Gi", "pods": per_node}
+            cluster: SimulatedCluster | None = None
+            remote: HttpNodes | None = None
+            if nodes_over_http:
+                remote = await start_http_nodes(
+                    nursery, server.api, nodes, prefix="sim-", node_options=node_opts
+                )
+            else:
+                cluster = SimulatedCluster(api, nodes, prefix="sim-", **node_opts)
+                await nursery.start(cluster.run)
             observer = _Observer()
             observer.expected = pods
-            await nursery.start(cluster.run)
             await observer.attach(server)
+            errors0, controller_errors0 = _server_errors(), _controller_errors()
+            baseline_rss = _rss_now_mib()
             cpu0, _ = _usage()
             start = trio.current_time()
             sizes = [
@@ -252,17 +333,29 @@ async def run_bench(
                     await admin.create(res, _workload(kind, i, n), NAMESPACE)
 
             async def report() -> None:
+                tty = progress is not None and progress.isatty()
+                head, tail = ("\r", "") if tty else ("", "\n")  # rewrite the line, or log lines
                 while progress is not None:
                     elapsed = trio.current_time() - start
                     progress.write(
-                        f"\r{elapsed:7.1f}s  created {len(observer.pods):>6}  bound "
-                        f"{observer.bound:>6}  running {observer.running:>6}/{pods}  "
-                        f"({observer.running / max(elapsed, 1e-9):7.1f} pods/s) "
+                        f"{head}{elapsed:7.1f}s  created {observer.seen:>6}  "
+                        f"bound {observer.bound:>6}  running {observer.running:>6}/{pods}  "
+                        f"({observer.running / max(elapsed, 1e-9):7.1f} pods/s)  "
+                        f"RSS {_rss_now_mib():7.1f} MiB {tail}"
                     )
                     progress.flush()
-                    await trio.sleep(0.5)
+                    await trio.sleep(0.5 if tty else 10.0)
+
+            run_peak = baseline_rss
+
+            async def sample_rss() -> None:  # ru_maxrss may be a start-up peak: sample the run
+                nonlocal run_peak
+                while True:
+                    run_peak = max(run_peak, _rss_now_mib())
+                    await trio.sleep(RSS_SAMPLE_INTERVAL)
 
             nursery.start_soon(report)
+            nursery.start_soon(sample_rss)
             with trio.fail_after(give_up_after or float("inf")):
                 async with trio.open_nursery() as creators:
                     for _ in range(min(CREATE_PARALLELISM, workloads)):
@@ -270,6 +363,7 @@ async def run_bench(
                 await observer.all_running.wait()
             end = trio.current_time()
             cpu1, rss = _usage()
+            run_peak = max(run_peak, _rss_now_mib())
             if progress is not None:
                 progress.write("\n")
                 progress.flush()
@@ -278,18 +372,35 @@ async def run_bench(
                  if isinstance(c, Scheduler)),
                 None,
             )  # fmt: skip
-            stats = cluster.statistics()
+            if remote is not None:
+                stats, nodes_cpu = await remote.stop()
+            else:
+                assert cluster is not None
+                stats, nodes_cpu = cluster.statistics(), None
             extra: dict[str, Any] = {
+                "transport": "http" if nodes_over_http else "in-process",
+                "empty_server_rss_mib": round(empty_rss, 1),
+                "baseline_rss_mib": round(baseline_rss, 1),
+                "run_peak_rss_mib": round(run_peak, 1),
+                "rss_per_pod_kib": round((run_peak - baseline_rss) * 1024 / pods, 2),
+                "cpu_ms_per_pod": round((cpu1 - cpu0) * 1000 / pods, 3),
+                "observer_kib": round(observer.nbytes() / 1024, 1),
+                "nodes_cpu_seconds": nodes_cpu,
                 "sim_started": stats.started,
                 "sim_errors": stats.errors,
+                "http_5xx": int(_server_errors() - errors0),
+                "sim_5xx": stats.server_errors,
+                "controller_errors": int(_controller_errors() - controller_errors0),
+                "lease_renewals": stats.lease_renewals,
+                "lease_failures": stats.lease_failures,
+                "lease_late": stats.lease_late,
+                "lease_lost": stats.lease_lost,
+                "lease_max_delay": round(stats.lease_max_delay, 3),
+                "nodes_not_ready": await _nodes_not_ready(admin),
                 "scheduler_bind_errors": sched.statistics().bind_errors if sched else None,
                 "scheduler_attempts": sched.statistics().attempts if sched else None,
             }
             nursery.cancel_scope.cancel()
-    recs = [r for r in observer.pods.values() if r.running is not None]
-    c2b = [r.bound - r.created for r in recs if r.bound is not None]
-    b2r = [r.running - r.bound for r in recs if r.running is not None and r.bound is not None]
-    c2r = [r.running - r.created for r in recs if r.running is not None]
     seconds = end - start
     bind_span = observer.last_bind - (observer.first_bind or start)
     return BenchResult(
@@ -300,12 +411,12 @@ async def run_bench(
         seconds=round(seconds, 3),
         pods_per_second=round(pods / seconds, 1),
         binds_per_second=round(observer.bound / bind_span, 1) if bind_span > 0 else 0.0,
-        create_to_bound_p50=round(_percentile(c2b, 0.5), 3),
-        create_to_bound_p99=round(_percentile(c2b, 0.99), 3),
-        bound_to_running_p50=round(_percentile(b2r, 0.5), 3),
-        bound_to_running_p99=round(_percentile(b2r, 0.99), 3),
-        create_to_running_p50=round(_percentile(c2r, 0.5), 3),
-        create_to_running_p99=round(_percentile(c2r, 0.99), 3),
+        create_to_bound_p50=round(_percentile(observer.c2b, 0.5), 3),
+        create_to_bound_p99=round(_percentile(observer.c2b, 0.99), 3),
+        bound_to_running_p50=round(_percentile(observer.b2r, 0.5), 3),
+        bound_to_running_p99=round(_percentile(observer.b2r, 0.99), 3),
+        create_to_running_p50=round(_percentile(observer.c2r, 0.5), 3),
+        create_to_running_p99=round(_percentile(observer.c2r, 0.99), 3),
         peak_rss_mib=round(rss, 1),
         cpu_seconds=round(cpu1 - cpu0, 2),
         extra=extra,
@@ -320,7 +431,10 @@ def add_parser(sub: Any) -> None:
         "reconcile",
         help="time pods from workload creation to Running on simulated nodes (in process)",
     )
-    rec.add_argument("--nodes", type=int, default=100, help="simulated nodes (default 100)")
+    rec.add_argument(
+        "--nodes", type=int, default=None, help="simulated nodes (default 100; with --scales, "
+        "one per 100 pods at each scale)"
+    )  # fmt: skip
     rec.add_argument("--pods", type=int, default=10_000, help="pods in all (default 10000)")
     rec.add_argument(
         "--deployments", type=int, default=None, help="workloads to spread the pods over "
@@ -328,30 +442,44 @@ def add_parser(sub: Any) -> None:
     )  # fmt: skip
     rec.add_argument("--timeout", type=float, default=None, help="give up after this long (s)")
     rec.add_argument("--json", action="store_true", help="print a last JSON line of results")
+    rec.add_argument(
+        "--nodes-over-http", action="store_true", help="run the simulated nodes in a process of "
+        "their own, each over loopback HTTPS with its own node token, as real agents"
+    )  # fmt: skip
+    rec.add_argument(
+        "--scales", default=None, metavar="PODS,PODS,...", help="run each pod count in a fresh "
+        "process (e.g. 1000,10000,100000) and print one table (with --json: one JSON line each)"
+    )  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.nodes < 1 or args.pods < 1:
+    if args.scales is not None:
+        from orchestrator.bench.scales import run_scales  # a driver of this module's main
+
+        return run_scales(args)
+    nodes = 100 if args.nodes is None else args.nodes
+    if nodes < 1 or args.pods < 1:
         print("error: --nodes and --pods must be at least 1", file=sys.stderr)
         return 2
-    progress = sys.stderr if sys.stderr.isatty() else None
     try:
         result = trio.run(
             lambda: run_bench(
-                args.nodes,
+                nodes,
                 args.pods,
                 args.deployments,
-                progress=progress,
+                progress=sys.stderr,
                 give_up_after=args.timeout,
+                nodes_over_http=args.nodes_over_http,
             )
         )
     except trio.TooSlowError:
         print(f"error: not all pods were Running within {args.timeout} s", file=sys.stderr)
         return 1
     d = result.as_dict()
+    x = result.extra
     rows = [
         ("nodes / pods / workloads", f"{result.nodes} / {result.pods} / {result.workloads} "
-         f"{result.workload_kind}s"),
+         f"{result.workload_kind}s ({x['transport']})"),
         ("wall time", f"{result.seconds:.2f} s"),
         ("pods/s end to end", f"{result.pods_per_second:.1f}"),
         ("scheduler binds/s", f"{result.binds_per_second:.1f}"),
@@ -361,8 +489,18 @@ def main(args: argparse.Namespace) -> int:
          f"{result.bound_to_running_p99:.3f} s"),
         ("create→Running p50/p99", f"{result.create_to_running_p50:.3f} / "
          f"{result.create_to_running_p99:.3f} s"),
-        ("peak RSS", f"{result.peak_rss_mib:.1f} MiB"),
-        ("CPU", f"{result.cpu_seconds:.2f} s"),
+        ("peak RSS", f"{x['run_peak_rss_mib']:.1f} MiB during the run, "
+         f"{result.peak_rss_mib:.1f} ever (empty server {x['empty_server_rss_mib']:.1f}, "
+         f"with nodes {x['baseline_rss_mib']:.1f})"),
+        ("RSS per pod", f"{x['rss_per_pod_kib']:.2f} KiB (observer {x['observer_kib']:.0f} KiB)"),
+        ("CPU", f"{result.cpu_seconds:.2f} s, {x['cpu_ms_per_pod']:.3f} ms per pod"
+         + (f" (nodes' process {x['nodes_cpu_seconds']:.2f} s)"
+            if x["nodes_cpu_seconds"] is not None else "")),
+        ("5xx (HTTP / nodes' writes)", f"{x['http_5xx']} / {x['sim_5xx']}"),
+        ("controller errors", f"{x['controller_errors']}"),
+        ("Lease renewals", f"{x['lease_renewals']}: failed {x['lease_failures']}, late "
+         f"{x['lease_late']}, lapsed {x['lease_lost']}, max delay {x['lease_max_delay']:.2f} s"),
+        ("nodes not Ready", f"{x['nodes_not_ready']}"),
     ]  # fmt: skip
     for label, value in rows:
         print(f"{label:<26} {value}")

@@ -17,6 +17,7 @@ work; a failed watch is reopened after `WATCH_BACKOFF`.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import math
@@ -32,12 +33,13 @@ from orchestrator.controllers.runtime.client import Client
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 
-__all__ = ["RETRY_DELAY", "WATCH_BACKOFF", "Engine", "EngineNode", "SimStatistics"]
+__all__ = ["LEASE_LATE", "RETRY_DELAY", "WATCH_BACKOFF", "Engine", "EngineNode", "SimStatistics"]
 
 log = logging.getLogger(__name__)
 
 RETRY_DELAY = 1.0
 WATCH_BACKOFF = 1.0
+LEASE_LATE = 2.0  # a renewal done later than this after its due time counts as late
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
@@ -51,6 +53,7 @@ class EngineNode(Protocol):
     renew_interval: float
     start_delay: float
     status_interval: float
+    lease_duration: int
     uid: str
     registered: trio.Event
     on_resume: Callable[[Any], None] | None  # the engine's hook, called by resume_heartbeats()
@@ -85,6 +88,17 @@ class SimStatistics:
     errors: int = 0
     parked: int = 0
     """Pod work waiting for a partitioned node to come back."""
+    server_errors: int = 0
+    """Writes (pods, Leases, Nodes) the API answered with a 5xx."""
+    lease_failures: int = 0
+    """Lease renewals the API refused or failed."""
+    lease_late: int = 0
+    """Lease renewals done more than `LEASE_LATE` seconds after they were due."""
+    lease_lost: int = 0
+    """Times a heartbeating node went `lease_duration` or longer without a renewal: the node
+    lifecycle controller may have seen its Lease expire."""
+    lease_max_delay: float = 0.0
+    """The longest a renewal took from its due time to its success (s)."""
 
 
 @dataclass(slots=True)
@@ -140,6 +154,7 @@ class Engine:
         self.stats = SimStatistics(nodes=len(nodes))
         self._timers: list[_Timer] = []
         self._seq = 0
+        self._last_renewal: dict[str, float] = {}  # node -> trio time of its last Lease write
         self._wake = trio.Event()
         self._send, self._receive = trio.open_memory_channel[str](math.inf)
         for n in nodes:
@@ -147,15 +162,8 @@ class Engine:
 
     def statistics(self) -> SimStatistics:
         s = self.stats
-        return SimStatistics(
-            s.nodes,
-            len(self.pods),
-            s.started,
-            s.deleted,
-            s.lease_renewals,
-            s.status_reports,
-            s.errors,
-            sum(len(p) for p in self.parked.values()),
+        return dataclasses.replace(
+            s, pods=len(self.pods), parked=sum(len(p) for p in self.parked.values())
         )
 
     # ------------------------------------------------------------------ timers
@@ -174,7 +182,7 @@ class Engine:
             due: list[_Timer] = []
             while self._timers and self._timers[0].due <= now:
                 due.append(heapq.heappop(self._timers))
-            writes: list[tuple[str, EngineNode]] = []
+            writes: list[tuple[str, EngineNode, float]] = []
             for t in due:
                 if t.what == "pod":
                     self._enqueue(t.key)
@@ -183,7 +191,7 @@ class Engine:
                 interval = node.renew_interval if t.what == "lease" else node.status_interval
                 self._at(now + interval, t.what, t.key)
                 if node.heartbeating:
-                    writes.append((t.what, node))
+                    writes.append((t.what, node, t.due))
             if writes:
                 await _parallel(writes, self._heartbeat, self.workers)
                 continue
@@ -192,16 +200,37 @@ class Engine:
             with trio.move_on_at(deadline):
                 await self._wake.wait()
 
-    async def _heartbeat(self, job: tuple[str, EngineNode]) -> None:
-        what, node = job
+    async def _heartbeat(self, job: tuple[str, EngineNode, float]) -> None:
+        what, node, due = job
         try:
             if what == "lease":
                 await self._renew_lease(node)
+                self._lease_renewed(node, due)
             else:
                 await self._report_status(node)
         except ApiError as exc:
-            self.stats.errors += 1
+            self._count_error(exc)
+            if what == "lease":
+                self.stats.lease_failures += 1
             log.warning("simulated node %s: %s failed: %s", node.name, what, exc)
+
+    def _count_error(self, exc: ApiError) -> None:
+        self.stats.errors += 1
+        if exc.code >= 500:
+            self.stats.server_errors += 1
+
+    def _lease_renewed(self, node: EngineNode, due: float) -> None:
+        """Lease health: how late this renewal was, and whether the Lease lapsed before it."""
+        now = trio.current_time()
+        delay = max(0.0, now - due)
+        stats = self.stats
+        stats.lease_max_delay = max(stats.lease_max_delay, delay)
+        if delay > LEASE_LATE:
+            stats.lease_late += 1
+        last = self._last_renewal.get(node.name)
+        if last is not None and now - last >= node.lease_duration:
+            stats.lease_lost += 1
+        self._last_renewal[node.name] = now
 
     async def _renew_lease(self, node: EngineNode) -> None:
         now = node.clock()
@@ -237,7 +266,7 @@ class Engine:
                 await self._register_once(node)
                 return
             except ApiError as exc:
-                self.stats.errors += 1
+                self._count_error(exc)
                 log.info("simulated node %s: registration failed: %s; retrying", node.name, exc)
             await trio.sleep(delay)
             delay = min(delay * 2, RETRY_DELAY)
@@ -331,7 +360,7 @@ class Engine:
                 if exc.code == 410:
                     rv = ""  # compacted: start over from a fresh snapshot (level-based)
                     continue
-                self.stats.errors += 1
+                self._count_error(exc)
                 log.warning("simulated nodes: pod watch failed: %s; retrying", exc)
             await trio.sleep(WATCH_BACKOFF)
 
@@ -353,7 +382,7 @@ class Engine:
             except ApiError as exc:
                 if exc.code == 404:
                     continue
-                self.stats.errors += 1
+                self._count_error(exc)
                 log.info("simulated node %s: pod %s: %s; retrying", rec.node.name, key, exc)
                 if self.pods.get(key) is rec and not rec.queued:
                     self._schedule(key, rec, trio.current_time() + RETRY_DELAY)
