@@ -104,7 +104,7 @@ class SimStatistics:
 @dataclass(slots=True)
 class _Pod:
     node: EngineNode
-    pod: Obj
+    pod: Obj | None  # its latest state while work is queued for it, else None (memory)
     uid: str
     started: bool = False  # this engine reported this UID Running
     queued: bool = False  # in the work queue, or waiting in the timer heap
@@ -298,6 +298,11 @@ class Engine:
 
     # ------------------------------------------------------------------ pod events
     def _observe(self, etype: str, pod: Obj) -> None:
+        rec = self._observe_pod(etype, pod)
+        if rec is not None and not rec.queued:
+            rec.pod = None  # nothing to do for it: do not keep a pod per pod (100,000s of them)
+
+    def _observe_pod(self, etype: str, pod: Obj) -> _Pod | None:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
         node = self.nodes.get(str((pod.get("spec") or {}).get("nodeName") or ""))
@@ -307,7 +312,7 @@ class Engine:
             if rec is not None:
                 del self.pods[key]
                 rec.node.release_ip(key)
-            return
+            return None
         if rec is None or rec.uid != uid:
             if rec is not None:
                 rec.node.release_ip(key)
@@ -325,11 +330,12 @@ class Engine:
             elif not rec.queued:
                 self._schedule(key, rec, rec.deleting_at)
         elif rec.queued or status.get("phase") in _TERMINAL or rec.started:
-            return
+            pass
         elif status.get("phase") == "Running" and _all_ready(status):
             rec.started = True  # already running (e.g. an agent restart): nothing to do
         else:
             self._schedule(key, rec, trio.current_time() + node.start_delay)
+        return rec
 
     def _schedule(self, key: str, rec: _Pod, due: float) -> None:
         rec.queued = True
@@ -374,11 +380,16 @@ class Engine:
                 self.parked[rec.node.name].append(key)
                 continue
             rec.queued = False
+            pod = rec.pod
             try:
-                if (rec.pod.get("metadata") or {}).get("deletionTimestamp"):
+                if pod is None:
+                    pass
+                elif (pod.get("metadata") or {}).get("deletionTimestamp"):
                     await self._finish_deletion(key, rec)
                 elif not rec.started:
-                    await self._start(key, rec)
+                    await self._start(key, rec, pod)
+                if not rec.queued:
+                    rec.pod = None
             except ApiError as exc:
                 if exc.code == 404:
                     continue
@@ -387,8 +398,8 @@ class Engine:
                 if self.pods.get(key) is rec and not rec.queued:
                     self._schedule(key, rec, trio.current_time() + RETRY_DELAY)
 
-    async def _start(self, key: str, rec: _Pod) -> None:
-        node, pod = rec.node, rec.pod
+    async def _start(self, key: str, rec: _Pod, pod: Obj) -> None:
+        node = rec.node
         now = node.clock()
         status = node.pod_status(pod, key, now)
         ns, _, name = key.partition("/")
