@@ -306,7 +306,7 @@ async def run_bench(
             tune_gc()  # as `orchestrator server` does once started
             empty_rss = _rss_now_mib()
             per_node = max(110, -(-pods // nodes) + 10)  # room for every pod, whatever N
-            node_opts = {"cpu": "32", "memory": "256Gi", "pods": per_node}
+            node_opts: dict[str, Any] = {"cpu": "32", "memory": "256Gi", "pods": per_node}
             cluster: SimulatedCluster | None = None
             remote: HttpNodes | None = None
             if nodes_over_http:
