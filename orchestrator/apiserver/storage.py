@@ -73,7 +73,15 @@ class Decoded:
     `expect(key, value, obj)` before the write: the first reader of the write's revision then
     gets `obj` (with that resourceVersion) instead of a decode of `value`. Only for the same
     bytes: an expectation is used when the stored value equals `value`, so a write that lost a
-    race, failed or was replaced meanwhile is decoded as usual."""
+    race, failed or was replaced meanwhile is decoded as usual.
+
+    Why a cache of its own beside the watch hub's ring and `store.recent.RecentValues`: those
+    hold encoded values for the store (which may be reached over the client port); this holds
+    the decoded objects the API layer shares between the watchers and readers of one write, so
+    an object is decoded once, not once per informer. Measured (`orchestrator bench reconcile
+    --nodes 100 --pods 3000`, alternating runs, 2026-12-02): without it the process used about
+    15 % more CPU (5.4-6.0 s against 4.6-5.2 s) and its peak RSS grew from 185 to 257 MiB, each
+    watcher holding its own copy of every object."""
 
     def __init__(self, size: int = DECODED_CACHE_SIZE) -> None:
         self.size = size

@@ -9,6 +9,7 @@ of the transport's nursery; nothing it receives can end that nursery.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
 import math
@@ -55,7 +56,7 @@ class InboundConn:
         self.scope = scope  # cancelled when its peer is removed
 
 
-class InboundPeers:
+class InboundPeers(abc.ABC):
     """Serving accepted peer connections, and the bookkeeping both directions share (refusal
     logging, `on_peer_down`). Mixed into `PeerTransport`, which owns the state below."""
 
@@ -75,8 +76,9 @@ class InboundPeers:
     _refused: int
     _refusals_logged: set[tuple[str, str]]
 
+    @abc.abstractmethod
     def set_peer(self, node_id: NodeId, addr: Address) -> None:
-        raise NotImplementedError  # the transport's
+        """Learn (or update) a peer's address: a hello from an admitted caller tells it."""
 
     def _log_refusal(self, who: str, why: str, fmt: str, *args: object) -> None:
         """Log a refusal at WARNING once per (who, why), later ones at DEBUG."""

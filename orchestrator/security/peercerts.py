@@ -47,16 +47,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from orchestrator.security.pki import (
-    CA_COMMON_NAME,
     LEAF_DAYS,
     RENEW_BEFORE,
     PkiError,
     atomic_write,
+    ca_certificate,
     cert_sans,
     cert_to_pem,
     default_sans,
@@ -132,33 +132,7 @@ def derive_ca(token: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     serial = int.from_bytes(hashlib.sha256(spki).digest()[:16], "big") >> 1 or 1
-    name = x509_name(CA_COMMON_NAME)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(serial)
-        .not_valid_before(_CA_NOT_BEFORE)
-        .not_valid_after(_CA_NOT_AFTER)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256(), ecdsa_deterministic=True)
-    )
+    cert = ca_certificate(key, serial, _CA_NOT_BEFORE, _CA_NOT_AFTER, deterministic=True)
     return cert, key
 
 

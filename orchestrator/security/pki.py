@@ -166,16 +166,34 @@ def x509_name(common_name: str, organizations: list[str] | tuple[str, ...] = ())
 
 def new_ca(now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = new_key()
+    cert = ca_certificate(
+        key,
+        x509.random_serial_number(),
+        now - dt.timedelta(minutes=5),
+        now + dt.timedelta(days=CA_DAYS),
+    )
+    return cert, key
+
+
+def ca_certificate(
+    key: ec.EllipticCurvePrivateKey,
+    serial: int,
+    not_before: dt.datetime,
+    not_after: dt.datetime,
+    *,
+    deterministic: bool = False,
+) -> x509.Certificate:
+    """The self-signed CA certificate of `key`. `deterministic`: an RFC 6979 signature, so the
+    same inputs give the same bytes (the token-derived CA, `security.peercerts`)."""
     name = x509_name(CA_COMMON_NAME)
-    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
-    cert = (
+    return (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
         .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=CA_DAYS))
+        .serial_number(serial)
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -191,10 +209,9 @@ def new_ca(now: dt.datetime) -> tuple[x509.Certificate, ec.EllipticCurvePrivateK
             ),
             critical=True,
         )
-        .add_extension(ski, critical=False)
-        .sign(key, hashes.SHA256())
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256(), ecdsa_deterministic=deterministic)
     )
-    return cert, key
 
 
 def issue_leaf(

@@ -18,7 +18,7 @@ applies of the open transaction only, together with the applied index that cover
 driver hands those entries again (the Raft log keeps everything above the synced state machine).
 
 The tables and statements are in `mvcc_sql` (the layout), the command checks in
-`mvcc_checks`, the event ring in `mvcc_ring`, the snapshot image in `mvcc_snapshot`, the
+`mvcc_checks`, the snapshot image in `mvcc_snapshot`, the
 fields, setup and reads in `mvcc_reads` (`MVCCReader`, which `MVCCStore` extends with apply
 and the write commands).
 
@@ -26,10 +26,9 @@ A successful write command (create, put, delete, or a txn whose chosen branch ch
 one key) takes revision `revision + 1`; a txn with several writes takes one revision for all of
 them; reads, failed commands, a txn whose branch only reads, compaction and noop take none.
 Every write also makes `Event`s (with `prev_kv`): `apply` returns them with its results
-(`Applied.events`; the driver hands them to the watch layer) and appends them to an in-memory
-ring of recent events (`history_ring` events at least, fewer if they exceed a 64 MiB budget)
-that serves `events_since` for recent revisions without touching SQLite; older revisions are
-read from `history`.
+(`Applied.events`; the driver hands them to the watch layer, whose ring of recent events is the
+one in-memory copy of recent history). `events_since` reads the `history` table: the watch hub
+asks it only for revisions its ring no longer holds.
 
 Compaction `compact(C)` deletes history rows with revision <= C except, per key, the newest row
 at or below C when it is a PUT. Hence a read at any revision R >= C still finds, for each key,
@@ -194,8 +193,6 @@ class MVCCStore(MVCCReader):
             self._load_meta()  # the cached counters may have moved with the rolled-back writes
             raise
         self._applied = expected - 1
-        if events:
-            self._ring.extend(events)
         if self._compacted:
             # Outside the transaction: a checkpoint cannot run inside one. TRUNCATE brings the
             # WAL, which now holds the compaction's page changes, back to zero bytes.
@@ -216,14 +213,12 @@ class MVCCStore(MVCCReader):
 
         The image is opened and checked in memory first (SQLite format, integrity, schema
         version, applied index); on any mismatch ValueError is raised and nothing changes.
-        Then SQLite's backup API copies it over the file in one write transaction. The event
-        ring is cleared: watchers must resume via `events_since`.
+        Then SQLite's backup API copies it over the file in one write transaction.
         """
         conn = self._db()
         self.commit()  # the applies so far stand until the restore replaces them all
         install_image(conn, index, data)
         self._load_meta()
-        self._reset_events()
         conn.execute(SQL_CHECKPOINT)
 
     # ------------------------------------------------------------------ commands

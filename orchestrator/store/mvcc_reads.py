@@ -1,8 +1,8 @@
 """The MVCC store's fields, setup and read side: the bottom layer of `MVCCStore`.
 
-`MVCCReader` opens the SQLite file (schema, metadata, the empty event ring) and serves every
-read: `get`, `range` and `events_since` at the current or an older revision (recent events
-from the ring, `mvcc_ring`, older ones from the history table), the store's status, `sync`
+`MVCCReader` opens the SQLite file (schema, metadata) and serves every read: `get`, `range`
+and `events_since` (from the history table) at the current or an older revision, the store's
+status, `sync`
 and `maybe_checkpoint`. `MVCCStore` (`mvcc`) adds the Raft state machine (apply, snapshot,
 restore) and the write commands on top; the module docstring of `mvcc` states the
 invariants of both. Synchronous; call through a `DbThread`.
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 from orchestrator.dbthread import open_wal
 from orchestrator.store.mvcc_checks import (
     bounds,
     check_text,
 )
-from orchestrator.store.mvcc_ring import EventRing, take_whole_revisions
 from orchestrator.store.mvcc_sql import (
     CACHE_KIB,
     NO_LIMIT,
@@ -50,12 +50,7 @@ from orchestrator.store.types import (
     StoreStatus,
 )
 
-if TYPE_CHECKING:
-    pass
-
-
 DEFAULT_QUOTA_BYTES = 2 * 1024**3  # etcd's default --quota-backend-bytes
-DEFAULT_HISTORY_RING = 10_000  # recent events kept in memory for events_since
 DEFAULT_MAX_WAL_BYTES = 16 * 1024**2  # maybe_checkpoint() truncates the WAL above this
 # How long applies add to one SQLite transaction before one of them commits it (see `apply`):
 # etcd's backend batch interval. Longer only replays more entries after a crash.
@@ -70,7 +65,6 @@ class MVCCReader:
         path: str | os.PathLike[str],
         *,
         quota_bytes: int = DEFAULT_QUOTA_BYTES,
-        history_ring: int = DEFAULT_HISTORY_RING,
         commit_interval: float = DEFAULT_COMMIT_INTERVAL,
     ) -> None:
         self._path = os.fspath(path)
@@ -81,7 +75,6 @@ class MVCCReader:
         self._rev = 1
         self._compact = 0
         self._logical = 0
-        self._ring = EventRing(history_ring)  # recent events, for events_since (mvcc_ring)
         self._compacted = False  # a compaction ran in the current apply batch
         self.compactions = 0  # compactions applied since this object was made (for metrics)
         # NORMAL, not FULL: the Raft log is the durable record (fsynced before anything is
@@ -120,15 +113,11 @@ class MVCCReader:
             raise
         conn.execute("COMMIT")
         self._load_meta()
-        self._reset_events()  # the ring starts empty: complete from the next revision on
         conn.execute(SQL_CHECKPOINT)
 
     def _load_meta(self) -> None:
         row = self._db().execute(SQL_META_LOAD).fetchone()
         self._applied, self._rev, self._compact, self._logical = (int(x) for x in row)
-
-    def _reset_events(self) -> None:
-        self._ring.reset(self._rev)
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -242,8 +231,6 @@ class MVCCReader:
                 self._compact,
             )
         lower, upper = bounds(prefix, "")
-        if self._ring.covers(revision):
-            return self._ring.since(revision, prefix, limit)
         # A revision has at most MAX_TXN_OPS events: limit + MAX_TXN_OPS rows always reach
         # the end of the revision that straddles the limit.
         rows = (
@@ -323,3 +310,22 @@ def _file_size(path: str) -> int:
         return os.path.getsize(path)
     except FileNotFoundError:
         return 0
+
+
+def take_whole_revisions(events: Iterable[Event], limit: int) -> list[Event]:
+    """Up to `limit` events (0 = all) ending at a revision boundary; a first revision with more
+    than `limit` events is returned whole. `events` must hold every event of each revision it
+    reaches into (up to MAX_TXN_OPS past the limit)."""
+    out: list[Event] = []
+    for ev in events:
+        if limit > 0 and len(out) >= limit and ev.kv.mod_revision != out[-1].kv.mod_revision:
+            break
+        out.append(ev)
+    if limit > 0 and len(out) > limit:
+        last = out[-1].kv.mod_revision
+        cut = len(out)
+        while cut > 0 and out[cut - 1].kv.mod_revision == last:
+            cut -= 1
+        if cut > 0:
+            del out[cut:]
+    return out

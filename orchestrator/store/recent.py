@@ -15,7 +15,9 @@ Why this is not the watch hub's event ring (store/watch.py), though both are fed
 apply events: the ring answers "every event above revision R" (watch catch-up), in revision
 order, bounded in events; this answers "the live value of key K", by key, and also holds values
 no event carried (database reads, absences). Deriving it from the ring would need a per-key
-index over the ring anyway and would lose the read-only keys it is most useful for.
+index over the ring anyway and would lose the read-only keys it is most useful for. Measured
+(`orchestrator bench reconcile --nodes 100 --pods 3000`, alternating runs, 2026-12-02): with it
+the process used 4.3-4.8 s of CPU, without it 4.8-5.3 s (about 10 % more), at the same RSS.
 
 Invariants: every value held is the key's live state at the newest applied revision seen
 (`revision`), because every apply event updates it and a database read is added only at that

@@ -54,13 +54,21 @@ Invariants
    during a replay (`events_since` raises `Compacted`). The client re-lists and watches again.
    Compaction is checked conservatively: `start_revision <= compact_revision` is refused even
    if some events are still available, since the deletes at those revisions may be gone.
-4. *Bounded memory*: the ring holds at most `ring_size` events (whole revisions; it keeps the
-   invariant that it contains every event with revision in `(ring floor, hub revision]`), and
-   each synced watcher at most `buffer_limit` events; unsynced watchers buffer nothing; pending
+4. *Bounded memory*: the ring holds at most `ring_size` events and `ring_bytes` bytes (whole
+   revisions; it keeps the invariant that it contains every event with revision in
+   `(ring floor, hub revision]`), and each synced watcher at most `buffer_limit` events; unsynced watchers buffer nothing; pending
    progress requests coalesce into one flag.
 5. *publish never blocks* and costs O(events x distinct prefix lengths + deliveries): synced
    watchers are grouped by prefix and, for a key, only the groups `key[:L]` for the few
    distinct prefix lengths `L` in use are looked up; no watcher is scanned unless it matches.
+
+The ring is the process's one in-memory copy of recent history. The MVCC store kept a second
+ring of the same events for `events_since`; it was removed after a measurement: in `orchestrator
+bench reconcile --nodes 100 --pods 3000` the hub asked the store for history 0 times (this ring
+covered every watcher), so that ring only cost memory. Two other bounded caches are fed by the
+same applies but are not histories: `store.recent.RecentValues` (the live value by key, for
+local reads) and `apiserver.storage.Decoded` (decoded objects by key and revision); their
+docstrings say why each is kept.
 
 Contract with the caller: `publish` is called after the batch's events are visible to
 `HistorySource.events_since`, with strictly increasing event revisions (never below the hub's
@@ -86,6 +94,7 @@ from orchestrator.store.watch_registry import WatcherRegistry
 __all__ = ["HistorySource", "WatchHub", "WatchResponse", "Watcher"]
 
 CANCEL_COMPACTED = "compacted"
+RING_MAX_BYTES = 64 * 1024**2  # the ring's default byte budget
 
 
 class HistorySource(Protocol):
@@ -119,6 +128,11 @@ class WatchResponse:
     canceled: bool = False
     cancel_reason: str = ""
     compact_revision: int = 0
+
+
+def event_bytes(ev: Event) -> int:
+    """An event's bytes as the ring's budget counts them: key, value and previous value."""
+    return len(ev.kv.key) + len(ev.kv.value) + (0 if ev.prev_kv is None else len(ev.prev_kv.value))
 
 
 def _rev(event: Event) -> int:
@@ -330,6 +344,8 @@ class WatchHub:
         source: the durable history, for watchers starting before the ring.
         ring_size: recent events kept in memory; watchers starting within it never touch the
             database. Size it to cover a few seconds of writes at peak.
+        ring_bytes: the ring's byte budget (keys and values, `event_bytes`): fewer events are
+            kept when they are big (a value can be 1.5 MiB).
         buffer_limit: events a live watcher may have pending before it is canceled as too slow.
         replay_batch: events per `events_since` call (and per catch-up response).
         progress_interval: seconds between periodic progress notifications (sent by `run()` to
@@ -341,6 +357,7 @@ class WatchHub:
         source: HistorySource,
         *,
         ring_size: int = 10_000,
+        ring_bytes: int = RING_MAX_BYTES,
         buffer_limit: int = 1_000,
         replay_batch: int = 500,
         progress_interval: float = 5.0,
@@ -351,6 +368,7 @@ class WatchHub:
             )
         self._source = source
         self._ring_size = ring_size
+        self._ring_max_bytes = ring_bytes
         self._buffer_limit = buffer_limit
         self._replay_batch = replay_batch
         self._progress_interval = progress_interval
@@ -360,6 +378,7 @@ class WatchHub:
         self._ring_events: list[Event] = []
         self._ring_revs: list[int] = []
         self._ring_head = 0
+        self._ring_bytes = 0  # Σ event_bytes of the events [head:]
         self._ring_floor = self._revision
         self._reg: WatcherRegistry[Watcher] = WatcherRegistry()
         self._closed: str | None = None
@@ -427,6 +446,7 @@ class WatchHub:
         if events:
             self._ring_events.extend(events)
             self._ring_revs.extend(_rev(e) for e in events)
+            self._ring_bytes += sum(event_bytes(e) for e in events)
             self._evict()
         if not events or not self._reg.groups:
             return
@@ -482,6 +502,7 @@ class WatchHub:
         self._ring_events.clear()
         self._ring_revs.clear()
         self._ring_head = 0
+        self._ring_bytes = 0
         self._ring_floor = self._revision
         self._closed_event.set()
 
@@ -495,6 +516,7 @@ class WatchHub:
             "ring_start_revision": self._ring_floor + 1,  # every event from here is in the ring
             "ring_end_revision": self._revision,
             "ring_events": len(self._ring_revs) - self._ring_head,
+            "ring_bytes": self._ring_bytes,
             "buffered_events": sum(len(w._buffer) for g in self._reg.groups.values() for w in g),
             "cancelled_slow": self._cancelled_slow,
             "replays": self._replays,
@@ -510,15 +532,25 @@ class WatchHub:
         return out
 
     def _evict(self) -> None:
+        """Drop the oldest events beyond `ring_size` or the byte budget, whole revisions only
+        (each event's bytes are subtracted once: amortized O(1) per event)."""
         revs = self._ring_revs
+        evs = self._ring_events
         head = self._ring_head
         n = len(revs)
-        if n - head > self._ring_size:
-            head = n - self._ring_size
-            floor = revs[head - 1]
-            while head < n and revs[head] == floor:  # drop whole revisions only
-                head += 1
+        cut = max(head, n - self._ring_size)
+        size = self._ring_bytes - sum(event_bytes(e) for e in evs[head:cut])
+        while size > self._ring_max_bytes and cut < n:
+            size -= event_bytes(evs[cut])
+            cut += 1
+        if cut > head:
+            floor = revs[cut - 1]
+            while cut < n and revs[cut] == floor:  # drop whole revisions only
+                size -= event_bytes(evs[cut])
+                cut += 1
             self._ring_floor = floor
+            head = cut
+        self._ring_bytes = size
         if head > 1024 and head * 2 > n:
             del self._ring_events[:head]
             del revs[:head]

@@ -39,7 +39,7 @@ import heapq
 import itertools
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -57,7 +57,6 @@ from orchestrator.raft.types import (
     Snapshot,
     SnapshotMeta,
 )
-from orchestrator.store.types import Compacted as StoreCompacted
 from orchestrator.testing.linearizability import Operation, check_history
 from orchestrator.testing.machines import MVCCMachine
 from orchestrator.testing.raft_sim_node import (
@@ -70,6 +69,7 @@ from orchestrator.testing.raft_sim_node import (
     SimOp,
     StateMachineFactory,
 )
+from orchestrator.testing.raft_sim_watch import WatchModel
 
 __all__ = ["SimFailure", "SimResult", "Simulation", "run_seed"]
 
@@ -90,32 +90,6 @@ class SimResult:
     notes: list[str]
     batches: int = 0  # batch entries made (two commands or more; refused ones too)
     batched_ops: int = 0  # the client writes inside them
-
-
-@dataclass
-class _SimWatcher:
-    """A client watch: attached to one server, resumes on another (from its next revision,
-    through the store's history) when that server crashes or installs a snapshot."""
-
-    id: int
-    node: NodeId
-    next_rev: int
-    start_rev: int
-    received: list[tuple[int, Any]] = field(default_factory=list)
-    segments: list[tuple[int, int]] = field(default_factory=list)  # closed (start, end) ranges
-
-
-def _event_key(e: Any) -> Any:
-    kv, prev = e.kv, e.prev_kv
-    return (
-        int(e.type),
-        kv.key,
-        kv.value,
-        kv.create_revision,
-        kv.mod_revision,
-        kv.version,
-        None if prev is None else (prev.value, prev.mod_revision),
-    )
 
 
 class Simulation:
@@ -149,10 +123,7 @@ class Simulation:
         self.snap_digests: dict[int, Any] = {}
         self.ops: list[SimOp] = []
         self.leader_guess: dict[int, NodeId] = {}
-        # Watch model: the committed events by revision (every replica must produce the same),
-        # and watchers attached to servers that must see each revision once, in order.
-        self.events_by_rev: dict[int, list[Any]] = {}
-        self.watchers: list[_SimWatcher] = []
+        self.watch = WatchModel(r, self._alive, self.nodes, self.log)
         self.n_events = 0
         self.log_lines: list[str] = []
         founders = list(range(1, self.n_initial + 1))
@@ -199,14 +170,14 @@ class Simulation:
             self.at(self.rng.randint(0, 500), partial(self._client_next, c))
         self.at(self.rng.randint(1000, 4000), self._nemesis)
         for _ in range(self.rng.randint(0, 3)):
-            self.at(self.rng.randint(0, self.duration_ms // 2), self._start_watcher)
+            self.at(self.rng.randint(0, self.duration_ms // 2), self.watch.start_watcher)
         self._run_until(self.duration_ms)
         self._heal_all()
         self._run_until(self.duration_ms + 15_000)
         self._check_converged()
         self._check_log_matching()
         self._check_linearizable()
-        self._check_watchers()
+        self.watch.check()
         done = sum(1 for o in self.ops if o.state == "done")
         indet = sum(1 for o in self.ops if o.state == "indeterminate")
         return SimResult(
@@ -405,85 +376,10 @@ class Simulation:
             )
 
     def check_events(self, n: SimNode, events: list[Any]) -> None:
-        """Every replica must emit the same events for a revision; attached watchers get them."""
-        by_rev: dict[int, list[Any]] = {}
-        for e in events:
-            by_rev.setdefault(e.kv.mod_revision, []).append(_event_key(e))
-        for rev, evs in by_rev.items():
-            prev = self.events_by_rev.setdefault(rev, evs)
-            if prev != evs:
-                raise SimFailure(
-                    f"watch safety: node {n.id} emitted {evs} at revision {rev}, "
-                    f"another emitted {prev}"
-                )
-        for w in self.watchers:
-            if w.node == n.id:
-                for e in events:
-                    if e.kv.mod_revision >= w.next_rev:
-                        w.received.append((e.kv.mod_revision, _event_key(e)))
-                if events:
-                    w.next_rev = max(w.next_rev, events[-1].kv.mod_revision + 1)
+        self.watch.check_events(n, events)
 
-    def _attach(self, w: _SimWatcher) -> None:
-        """(Re)attach a watcher to a live server and catch up from its history."""
-        alive = self._alive()
-        if not alive:
-            w.node = 0
-            return
-        node = self.rng.choice(alive)
-        w.node = node.id
-        try:
-            events = node.sm.events_since(w.next_rev)
-        except StoreCompacted:
-            # The history it needs is gone: a real client re-lists and watches anew.
-            w.segments.append((w.start_rev, w.next_rev - 1))
-            w.start_rev = w.next_rev = node.sm.revision() + 1
-            self.log(f"watcher {w.id} restarted at {w.next_rev} (history compacted)")
-            return
-        for e in events:
-            w.received.append((e.kv.mod_revision, _event_key(e)))
-        if events:
-            w.next_rev = events[-1].kv.mod_revision + 1
-
-    def watchers_lost_node(self, n: SimNode) -> None:
-        for w in self.watchers:
-            if w.node == n.id:
-                self._attach(w)
-
-    def watchers_resync(self, n: SimNode) -> None:
-        # A snapshot install skips the events in between: resume those watchers from history.
-        for w in self.watchers:
-            if w.node == n.id:
-                self._attach(w)
-
-    def _start_watcher(self) -> None:
-        alive = self._alive()
-        if not alive or alive[0].sm.revision() == 0:
-            return  # no servers, or a state machine without revisions
-        node = self.rng.choice(alive)
-        rev = node.sm.revision()
-        start = self.rng.randint(max(1, rev - 20), rev + 1)
-        w = _SimWatcher(len(self.watchers), node.id, start, start)
-        self.watchers.append(w)
-        self._attach(w)
-
-    def _check_watchers(self) -> None:
-        for w in self.watchers:
-            if w.node == 0 or not self.nodes[w.node].alive:
-                self._attach(w)
-            w.segments.append((w.start_rev, w.next_rev - 1))
-            expected: list[tuple[int, Any]] = []
-            for lo, hi in w.segments:
-                for rev in range(max(lo, 2), hi + 1):
-                    if rev not in self.events_by_rev:
-                        raise SimFailure(f"watch: revision {rev} was never applied anywhere")
-                    expected.extend((rev, ev) for ev in self.events_by_rev[rev])
-            if w.received != expected:
-                got = [r for r, _ in w.received]
-                want = [r for r, _ in expected]
-                raise SimFailure(
-                    f"watch: watcher {w.id} saw revisions {got[:50]}... expected {want[:50]}..."
-                )
+    def watchers_reattach(self, n: SimNode) -> None:
+        self.watch.reattach(n)
 
     def check_snapshot(self, n: SimNode, index: int, digest: Any) -> None:
         prev = self.snap_digests.setdefault(index, digest)

@@ -81,8 +81,7 @@ class SimHost(Protocol):
     def check_applied(self, n: SimNode, e: Entry) -> None: ...
     def check_events(self, n: SimNode, events: list[Any]) -> None: ...
     def check_snapshot(self, n: SimNode, index: int, digest: Any) -> None: ...
-    def watchers_lost_node(self, n: SimNode) -> None: ...
-    def watchers_resync(self, n: SimNode) -> None: ...
+    def watchers_reattach(self, n: SimNode) -> None: ...
 
 
 # ---------------------------------------------------------------------------- nodes
@@ -144,7 +143,7 @@ class SimNode:
         sim = self.sim
         self.alive = False
         self.sm.close()
-        sim.watchers_lost_node(self)
+        sim.watchers_reattach(self)
         for eid in [p.eid for p in self.pending.values()] + list(self.forwarded):
             for op_id in sim.ops_of(eid):
                 sim.op_indeterminate(op_id)
@@ -190,7 +189,7 @@ class SimNode:
             meta = rd.snapshot.meta
             self.sm.restore(meta.index, rd.snapshot.data)
             # A restore produces no events; watchers resume from history.
-            self.sim.watchers_resync(self)
+            self.sim.watchers_reattach(self)
             self.last_snapshot_index = meta.index
             sim.check_snapshot(self, meta.index, self.sm.digest())
             for idx in [i for i in self.pending if i <= meta.index]:

@@ -250,3 +250,23 @@ async def test_event_recorder_deduplicates_and_never_raises(h: Harness) -> None:
             while len(await events()) != 2:  # noqa: ASYNC110  (polled, as above)
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
+
+
+class NeverSyncs:
+    """An informer whose cache never syncs."""
+
+    def add_event_handler(self, **handlers: Any) -> None:
+        pass
+
+    async def wait_for_cache_sync(self) -> None:
+        await trio.sleep_forever()
+
+
+async def test_cancelled_during_cache_sync_shuts_the_queue_down(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    c = Controller("toy", Scripted({}), metrics=Registry())
+    c.watches(NeverSyncs())  # type: ignore[arg-type]
+    with trio.move_on_after(5):
+        await c.run()
+    assert c.queue.shutting_down

@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from orchestrator.raft.statemachine import StateMachine
 from orchestrator.raft.types import ConfChange, ConfChangeType, Entry, EntryType
-from orchestrator.store import mvcc, mvcc_ring
+from orchestrator.store import mvcc
 from orchestrator.store.mvcc import MVCCStore
 from orchestrator.store.types import (
     MAX_KEY_BYTES,
@@ -583,70 +583,26 @@ def test_events_since_across_compaction_boundary(node: Node) -> None:
 
 
 def test_events_since_limit_never_splits_a_revision(tmp_path: Path) -> None:
-    # ring 0: every answer from SQLite; 2: the ring keeps f, g (from revision 4 on); 1000: all.
-    for ring in (0, 2, 1000):
-        n = Node(tmp_path / f"r{ring}.db", history_ring=ring)
-        n.apply(
-            encode_put("a", b""),
-            encode_txn([], [TxnOp(k, b"") for k in "edcb"], []),
-            encode_put("f", b""),
-            encode_put("g", b""),
-        )
-        # revisions: 2 -> a, 3 -> b c d e, 4 -> f, 5 -> g
+    n = Node(tmp_path / "r.db")
+    n.apply(
+        encode_put("a", b""),
+        encode_txn([], [TxnOp(k, b"") for k in "edcb"], []),
+        encode_put("f", b""),
+        encode_put("g", b""),
+    )
+    # revisions: 2 -> a, 3 -> b c d e, 4 -> f, 5 -> g
 
-        def revs(evs: list[Event]) -> list[tuple[int, str]]:
-            return [(e.kv.mod_revision, e.kv.key) for e in evs]
+    def revs(evs: list[Event]) -> list[tuple[int, str]]:
+        return [(e.kv.mod_revision, e.kv.key) for e in evs]
 
-        s = n.store
-        assert revs(s.events_since(2, "", 2)) == [(2, "a")]
-        assert revs(s.events_since(3, "", 2)) == [(3, "b"), (3, "c"), (3, "d"), (3, "e")]
-        assert revs(s.events_since(3, "", 5)) == [(3, "b"), (3, "c"), (3, "d"), (3, "e"), (4, "f")]
-        assert len(s.events_since(2, "", 5)) == 5
-        assert len(s.events_since(2, "", 6)) == 6
-        assert revs(s.events_since(3, "d", 1)) == [(3, "d")]
-        n.close()
-
-
-def test_event_ring_and_sqlite_agree(tmp_path: Path) -> None:
-    small = Node(tmp_path / "small.db", history_ring=3)
-    none = Node(tmp_path / "none.db", history_ring=0)
-    try:
-        for i in range(40):
-            cmd = (
-                encode_delete(f"k{i % 5}")
-                if i % 7 == 3
-                else encode_txn([], [TxnOp(f"k{(i + j) % 6}", bytes([i])) for j in range(3)], [])
-                if i % 5 == 0
-                else encode_put(f"k{i % 6}", bytes([i]))
-            )
-            assert normalize(small.one(cmd)) == normalize(none.one(cmd))
-            for rev in range(1, small.store.revision() + 2):
-                for prefix in ("", "k1"):
-                    assert small.store.events_since(rev, prefix, 0) == none.store.events_since(
-                        rev, prefix, 0
-                    )
-    finally:
-        small.close()
-        none.close()
-
-
-def test_event_ring_respects_its_byte_budget(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(mvcc_ring, "RING_MAX_BYTES", 1000)
-    ring = Node(tmp_path / "ring.db", history_ring=1000)
-    plain = Node(tmp_path / "plain.db", history_ring=0)
-    try:
-        for i in range(30):
-            cmd = encode_put(f"k{i % 4}", bytes([i]) * 100)
-            assert ring.one(cmd) == plain.one(cmd)
-            assert ring.store._ring.bytes <= 1000
-            for rev in range(1, ring.store.revision() + 2):
-                assert ring.store.events_since(rev, "", 0) == plain.store.events_since(rev, "", 0)
-        assert 2 < len(ring.store._ring.events) < 10
-    finally:
-        ring.close()
-        plain.close()
+    s = n.store
+    assert revs(s.events_since(2, "", 2)) == [(2, "a")]
+    assert revs(s.events_since(3, "", 2)) == [(3, "b"), (3, "c"), (3, "d"), (3, "e")]
+    assert revs(s.events_since(3, "", 5)) == [(3, "b"), (3, "c"), (3, "d"), (3, "e"), (4, "f")]
+    assert len(s.events_since(2, "", 5)) == 5
+    assert len(s.events_since(2, "", 6)) == 6
+    assert revs(s.events_since(3, "d", 1)) == [(3, "d")]
+    n.close()
 
 
 def test_reads_reject_bad_arguments(node: Node) -> None:
@@ -1212,10 +1168,10 @@ class MVCCAgainstModel(RuleBasedStateMachine):
         self.model = Model(10**9)
         self.drained = 0  # model events already returned by take_events()
 
-    @initialize(quota=st.sampled_from([10**9, 120]), ring=st.sampled_from([0, 2, 1000]))
-    def start(self, quota: int, ring: int) -> None:
+    @initialize(quota=st.sampled_from([10**9, 120]))
+    def start(self, quota: int) -> None:
         self.model = Model(quota)
-        self.node = self.new_node(quota_bytes=quota, history_ring=ring)
+        self.node = self.new_node(quota_bytes=quota)
 
     def new_node(self, **kwargs: Any) -> Node:
         self.files += 1

@@ -205,6 +205,24 @@ async def test_watch_from_ring() -> None:
         w.cancel()
 
 
+async def test_ring_keeps_to_its_byte_budget() -> None:
+    """Big values: the ring keeps fewer events than `ring_size`, dropping whole revisions,
+    and a watcher older than the ring replays from the history, in order."""
+    store = FakeStore(ring_size=100, ring_bytes=1000)
+    for i in range(30):
+        store.commit([(f"/a/{i % 4}", bytes([i]) * 100), (f"/b/{i}", b"x")])
+        stats = store.hub.statistics()
+        assert stats["ring_bytes"] <= 1000
+    assert 2 < stats["ring_events"] < 20
+    assert stats["ring_events"] % 2 == 0  # whole revisions only
+    with trio.fail_after(5):
+        w = store.hub.watch("/a/", 2)
+        responses = await read_until_progress(w)
+        check_responses(responses, store.expected("/a/", 2))
+        assert store.reads > 0
+        w.cancel()
+
+
 @pytest.mark.parametrize("whole_revisions", [False, True])
 async def test_replay_from_durable_history_in_batches(whole_revisions: bool) -> None:
     """(b) older than the ring: replayed from the history in `replay_batch` batches, then live."""

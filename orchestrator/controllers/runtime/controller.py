@@ -239,10 +239,10 @@ class Controller:
 
     # ------------------------------------------------------------------ running
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        for inf in self._informers:
-            await inf.wait_for_cache_sync()
-        self._metrics.max_concurrent.set(self.workers)
-        try:
+        try:  # the queue is shut down however run ends, also when cancelled during the sync
+            for inf in self._informers:
+                await inf.wait_for_cache_sync()
+            self._metrics.max_concurrent.set(self.workers)
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.queue.run)
                 for _ in range(self.workers):
