@@ -18,10 +18,10 @@ pytestmark = pytest.mark.slow
 def test_bench_reconcile_small() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "bench", "reconcile", "--nodes", "5",
-         "--pods", "50", "--timeout", "30", "--json"],
+         "--pods", "50", "--timeout", "30", "--idle-seconds", "0.5", "--json"],
         capture_output=True,
         text=True,
-        timeout=40,
+        timeout=60,
         cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, f"bench failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -36,13 +36,16 @@ def test_bench_reconcile_small() -> None:
     assert last["http_5xx"] == 0
     assert last["lease_failures"] == 0
     assert last["rss_per_pod_kib"] is not None
+    assert last["idle_cpu_per_second"] >= 0  # measured over the idle window
+    assert last["cpu_ms_per_pod_net"] is not None
 
 
 def test_bench_reconcile_nodes_over_http() -> None:
     """The nodes run in a child process, each over HTTPS with its own node token."""
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "bench", "reconcile", "--nodes", "3",
-         "--pods", "20", "--timeout", "60", "--json", "--nodes-over-http"],
+         "--pods", "20", "--timeout", "60", "--idle-seconds", "0", "--json",
+         "--nodes-over-http"],
         capture_output=True,
         text=True,
         timeout=90,
@@ -62,7 +65,7 @@ def test_bench_reconcile_nodes_over_http() -> None:
 def test_bench_reconcile_scales_prints_one_table() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "bench", "reconcile", "--scales", "20,40",
-         "--nodes", "2", "--timeout", "60", "--json"],
+         "--nodes", "2", "--timeout", "60", "--idle-seconds", "0", "--json"],
         capture_output=True,
         text=True,
         timeout=120,

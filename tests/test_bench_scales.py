@@ -18,6 +18,7 @@ def test_table_has_a_row_per_scale_and_reports_failures() -> None:
     ok = {
         "pods": 1000, "nodes": 10, "pods_per_second": 300.0, "run_peak_rss_mib": 120.0,
         "baseline_rss_mib": 100.0, "rss_per_pod_kib": 20.48, "cpu_ms_per_pod": 1.9,
+        "cpu_ms_per_pod_net": 1.5,
         "http_5xx": 0, "sim_5xx": 0, "lease_renewals": 5, "lease_failures": 0,
         "lease_late": 0, "lease_lost": 0, "nodes_not_ready": 0,
     }  # fmt: skip
@@ -25,5 +26,7 @@ def test_table_has_a_row_per_scale_and_reports_failures() -> None:
     lines = text.splitlines()
     assert lines[0].endswith("in process")
     assert lines[1].count("|") == len(HEADER) + 1
-    assert lines[3].startswith("| 1,000 | 10 | 300.0 | 120.0 | 100.0 | 20.48 | 1.900 | 0 / 0 |")
+    assert lines[3].startswith(
+        "| 1,000 | 10 | 300.0 | 120.0 | 100.0 | 20.48 | 1.900 | 1.500 | 0 / 0 |"
+    )
     assert lines[4].startswith("| 100,000 | 1,000 | exit 1 |")

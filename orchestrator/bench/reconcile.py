@@ -18,6 +18,12 @@ One process holds everything, as on an edge device:
   first seen Running — the SLO's "as seen by watch", without a watch of its own that the
   measured process would have to serve.
 
+Before the workload, with `idle_seconds`, the CPU the idle cluster costs per second (the nodes'
+Lease renewals and status reports, the controllers' resyncs) is measured over that window, once
+every node's heartbeat has begun (`IDLE_SETTLE` after registration). `cpu_ms_per_pod_net` is
+the run's CPU less that idle rate times the run's duration, per pod: a figure that does not
+grow merely because a bigger run lasts longer with the same nodes heartbeating.
+
 The clock starts just before the first workload object is created and stops when the observer
 has seen all `M` pods Running. Reported: pods/s end to end, the scheduler's binds/s (first to
 last bind seen), p50/p99 of create→bound, bound→Running and create→Running, peak RSS
@@ -66,6 +72,8 @@ ADMIN = User("bench-admin", ("system:masters", "system:authenticated"))
 NAMESPACE = "bench"
 CREATE_PARALLELISM = 8
 RSS_SAMPLE_INTERVAL = 0.2  # seconds between samples of the current RSS during the run
+IDLE_SECONDS = 10.0  # the CLI's default idle window: one Lease renewal interval
+IDLE_SETTLE = 10.0  # every node has renewed once by then (renewal phases: see simengine)
 # Taints the node lifecycle controller puts on a node whose Lease expired.
 _LEASE_TAINTS = frozenset({"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"})
 
@@ -274,6 +282,7 @@ async def run_bench(
     data_dir: Path | None = None,
     give_up_after: float | None = None,
     nodes_over_http: bool = False,
+    idle_seconds: float = 0.0,
 ) -> BenchResult:
     """Run the benchmark (see the module doc) and return its figures."""
     workloads = deployments or max(1, pods // 100)
@@ -319,6 +328,12 @@ async def run_bench(
             observer = _Observer()
             observer.expected = pods
             await observer.attach(server)
+            idle_rate = 0.0  # CPU seconds per second of the idle cluster (see the module doc)
+            if idle_seconds > 0:
+                await trio.sleep(IDLE_SETTLE)
+                idle_cpu0, idle_t0 = _usage()[0], trio.current_time()
+                await trio.sleep(idle_seconds)
+                idle_rate = (_usage()[0] - idle_cpu0) / (trio.current_time() - idle_t0)
             errors0, controller_errors0 = _server_errors(), _controller_errors()
             baseline_rss = _rss_now_mib()
             cpu0, _ = _usage()
@@ -384,6 +399,12 @@ async def run_bench(
                 "run_peak_rss_mib": round(run_peak, 1),
                 "rss_per_pod_kib": round((run_peak - baseline_rss) * 1024 / pods, 2),
                 "cpu_ms_per_pod": round((cpu1 - cpu0) * 1000 / pods, 3),
+                "idle_cpu_per_second": round(idle_rate, 4) if idle_seconds > 0 else None,
+                "cpu_ms_per_pod_net": round(
+                    (cpu1 - cpu0 - idle_rate * (end - start)) * 1000 / pods, 3
+                )
+                if idle_seconds > 0
+                else None,
                 "observer_kib": round(observer.nbytes() / 1024, 1),
                 "nodes_cpu_seconds": nodes_cpu,
                 "sim_started": stats.started,
@@ -447,6 +468,11 @@ def add_parser(sub: Any) -> None:
         "their own, each over loopback HTTPS with its own node token, as real agents"
     )  # fmt: skip
     rec.add_argument(
+        "--idle-seconds", type=float, default=IDLE_SECONDS, help="measure the idle cluster's "
+        f"CPU for this long before the workload, for a CPU per pod net of it (default "
+        f"{IDLE_SECONDS:g}; 0: skip)"
+    )  # fmt: skip
+    rec.add_argument(
         "--scales", default=None, metavar="PODS,PODS,...", help="run each pod count in a fresh "
         "process (e.g. 1000,10000,100000) and print one table (with --json: one JSON line each)"
     )  # fmt: skip
@@ -470,6 +496,7 @@ def main(args: argparse.Namespace) -> int:
                 progress=sys.stderr,
                 give_up_after=args.timeout,
                 nodes_over_http=args.nodes_over_http,
+                idle_seconds=args.idle_seconds,
             )
         )
     except trio.TooSlowError:
@@ -496,6 +523,9 @@ def main(args: argparse.Namespace) -> int:
         ("CPU", f"{result.cpu_seconds:.2f} s, {x['cpu_ms_per_pod']:.3f} ms per pod"
          + (f" (nodes' process {x['nodes_cpu_seconds']:.2f} s)"
             if x["nodes_cpu_seconds"] is not None else "")),
+        ("CPU net of the idle cluster", "not measured (--idle-seconds 0)"
+         if x["cpu_ms_per_pod_net"] is None else f"{x['cpu_ms_per_pod_net']:.3f} ms per pod "
+         f"(idle: {x['idle_cpu_per_second'] * 1000:.0f} ms of CPU per second)"),
         ("5xx (HTTP / nodes' writes)", f"{x['http_5xx']} / {x['sim_5xx']}"),
         ("controller errors", f"{x['controller_errors']}"),
         ("Lease renewals", f"{x['lease_renewals']}: failed {x['lease_failures']}, late "

@@ -9,7 +9,8 @@ set). A scale that fails or times out is reported as such and the others still r
 
 Columns: pods/s end to end; peak RSS; RSS per pod above the baseline (the server with its nodes
 registered, before the first workload); CPU per pod of the measured process (the server, and
-the in-process nodes unless `--nodes-over-http`); 5xx answers (HTTP, plus the nodes' writes)
+the in-process nodes unless `--nodes-over-http`), and net of the idle cluster's CPU (see
+`orchestrator.bench.reconcile`); 5xx answers (HTTP, plus the nodes' writes)
 and Lease renewals that failed, came late or let the Lease lapse; nodes not Ready at the end.
 """
 
@@ -51,6 +52,7 @@ def _row(d: dict[str, Any]) -> list[str]:
         f"{d['baseline_rss_mib']:.1f}",
         f"{d['rss_per_pod_kib']:.2f}",
         f"{d['cpu_ms_per_pod']:.3f}",
+        "-" if d.get("cpu_ms_per_pod_net") is None else f"{d['cpu_ms_per_pod_net']:.3f}",
         f"{d['http_5xx']} / {d['sim_5xx']}",
         lease,
         f"{d['nodes_not_ready']}",
@@ -65,6 +67,7 @@ HEADER = [
     "baseline MiB",
     "RSS/pod KiB",
     "CPU ms/pod",
+    "net of idle",
     "5xx http/nodes",
     "leases ok/failed/late/lapsed",
     "not Ready",
@@ -100,6 +103,7 @@ def run_scales(args: argparse.Namespace) -> int:
             cmd += ["--timeout", str(args.timeout)]
         if args.nodes_over_http:
             cmd.append("--nodes-over-http")
+        cmd += ["--idle-seconds", str(args.idle_seconds)]
         print(f"--- {pods} pods on {nodes} nodes", file=sys.stderr, flush=True)
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
         lines = proc.stdout.strip().splitlines()

@@ -13,6 +13,11 @@ Invariants: a pod is started at most once per UID; a key is in the work queue at
 nothing is written for a node whose heartbeats are stopped (its work is parked until
 `on_resume`). Errors writing a pod are logged and retried after `RETRY_DELAY`; a 404 drops the
 work; a failed watch is reopened after `WATCH_BACKOFF`.
+
+Heartbeat phases: the k-th of n nodes makes its first renewal (and status report) 1 + k/n
+intervals after registering, so n nodes registered in the same second do not all renew in the
+same second ever after (real agents start at different times; a herd of 1,000 Lease writes
+every 10 s would make the last ones seconds late and measure the herd, not the server).
 """
 
 from __future__ import annotations
@@ -155,6 +160,9 @@ class Engine:
         self._timers: list[_Timer] = []
         self._seq = 0
         self._last_renewal: dict[str, float] = {}  # node -> trio time of its last Lease write
+        self._phase = {
+            n.name: 1 + i / len(nodes) for i, n in enumerate(nodes)
+        }  # see the module doc
         self._wake = trio.Event()
         self._send, self._receive = trio.open_memory_channel[str](math.inf)
         for n in nodes:
@@ -293,8 +301,9 @@ class Engine:
             )
         node.registered.set()
         start = trio.current_time()
-        self._at(start + node.renew_interval, "lease", node.name)
-        self._at(start + node.status_interval, "status", node.name)
+        phase = self._phase.get(node.name, 1.0)
+        self._at(start + node.renew_interval * phase, "lease", node.name)
+        self._at(start + node.status_interval * phase, "status", node.name)
 
     # ------------------------------------------------------------------ pod events
     def _observe(self, etype: str, pod: Obj) -> None:
