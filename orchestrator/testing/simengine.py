@@ -3,7 +3,9 @@ task and a fixed pool of writers (the theory of operation is in `orchestrator.te
 whose `SimulatedNode.run` and `SimulatedCluster.run` each drive one `Engine`).
 
 The engine does the I/O and the scheduling: registration (Node and Lease, re-posting the status
-of a Node that exists), Lease renewals and status reports from a heap of deadlines, the shared
+of a Node that exists), Lease renewals and status reports from a heap of deadlines (written by
+`workers` heartbeat writers of their own, a node's next renewal skipped while its last one is
+still queued or in flight, as a kubelet's lease loop is sequential), the shared
 pod watch dispatched client-side by `spec.nodeName`, and a work queue of pod keys (deduplicated
 while queued) drained by `workers` tasks that mark pods Running or finish their deletion. What a
 node writes (its Node, status, Lease, a pod's status) and its partition state come from the node
@@ -165,6 +167,12 @@ class Engine:
         }  # see the module doc
         self._wake = trio.Event()
         self._send, self._receive = trio.open_memory_channel[str](math.inf)
+        # Heartbeats due, for their own writers: a slow write never holds up the timers (pod
+        # starts are timers too), and a node has at most one renewal (one report) queued.
+        self._beats_send, self._beats_receive = trio.open_memory_channel[
+            tuple[str, EngineNode, float]
+        ](math.inf)
+        self._beats_queued: set[tuple[str, str]] = set()  # (what, node) queued or in flight
         for n in nodes:
             n.on_resume = self._on_resume
 
@@ -190,7 +198,6 @@ class Engine:
             due: list[_Timer] = []
             while self._timers and self._timers[0].due <= now:
                 due.append(heapq.heappop(self._timers))
-            writes: list[tuple[str, EngineNode, float]] = []
             for t in due:
                 if t.what == "pod":
                     self._enqueue(t.key)
@@ -198,15 +205,21 @@ class Engine:
                 node = self.nodes[t.key]
                 interval = node.renew_interval if t.what == "lease" else node.status_interval
                 self._at(now + interval, t.what, t.key)
-                if node.heartbeating:
-                    writes.append((t.what, node, t.due))
-            if writes:
-                await _parallel(writes, self._heartbeat, self.workers)
-                continue
+                job = (t.what, t.key)
+                if node.heartbeating and job not in self._beats_queued:
+                    self._beats_queued.add(job)  # else the previous one is not done: skip
+                    self._beats_send.send_nowait((t.what, node, t.due))
             self._wake = trio.Event()
             deadline = self._timers[0].due if self._timers else math.inf
             with trio.move_on_at(deadline):
                 await self._wake.wait()
+
+    async def _heartbeat_worker(self) -> None:
+        async for job in self._beats_receive:
+            try:
+                await self._heartbeat(job)
+            finally:
+                self._beats_queued.discard((job[0], job[1].name))
 
     async def _heartbeat(self, job: tuple[str, EngineNode, float]) -> None:
         what, node, due = job
@@ -439,6 +452,7 @@ class Engine:
             nursery.start_soon(self._timer_loop)
             for _ in range(self.workers):
                 nursery.start_soon(self._worker)
+                nursery.start_soon(self._heartbeat_worker)
             await nursery.start(self._watch_loop)
             task_status.started()
 

@@ -104,3 +104,25 @@ async def test_lease_failures_lateness_and_lapses_are_counted(
 def test_a_cluster_needs_a_client() -> None:
     with pytest.raises(ValueError, match="needs a client"):
         SimulatedCluster(None, 1)
+
+
+async def test_a_slow_renewal_holds_up_no_other_node_and_is_not_doubled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Heartbeats have writers of their own: a node whose renewal hangs for 25 s (2.5
+    intervals) delays no other node's, and gets no second renewal queued behind the first."""
+    clients = {name: FakeClient(name) for name in ("n-0", "n-1")}
+    cluster = SimulatedCluster(
+        None, 2, prefix="n-", renew_interval=10.0, lease_duration=40, client_for=clients.__getitem__
+    )
+    with trio.fail_after(1000):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(cluster.run)
+            clients["n-0"].delay = 25.0  # its renewal at 10 returns at 35
+            await trio.sleep(42)  # n-1 renews at 15, 25, 35; n-0 at 10 (late) and 40
+            stats = cluster.statistics()
+            assert stats.lease_late == 1  # n-0's at 10, and n-1's all on time
+            n0 = [w for w in clients["n-0"].writes if w == ("patch", "leases", "n-0")]
+            assert len(n0) == 2  # the ones due at 20 and 30 were skipped, not queued
+            assert stats.lease_renewals == 5
+            nursery.cancel_scope.cancel()

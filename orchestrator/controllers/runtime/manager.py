@@ -37,8 +37,9 @@ import trio
 
 from orchestrator.apiserver.resources import Api
 from orchestrator.controllers.runtime.events import EventRecorder
-from orchestrator.controllers.runtime.informer import InformerFactory, strip_managed_fields
+from orchestrator.controllers.runtime.informer import InformerFactory
 from orchestrator.controllers.runtime.inprocess import InProcessClient
+from orchestrator.controllers.runtime.intern import Interner
 from orchestrator.metrics import REGISTRY, Registry
 from orchestrator.security.authn import User
 
@@ -189,8 +190,8 @@ class ControllerManager:
         client = InProcessClient(
             self.api, self.user, field_manager=COMPONENT, fence_term=term if self._fence else None
         )
-        informers = InformerFactory(  # managedFields: most of a pod's memory, read by none
-            client, resync=self.resync, metrics=self.metrics, transform=strip_managed_fields
+        informers = InformerFactory(  # no managedFields (read by none); sibling pods share
+            client, resync=self.resync, metrics=self.metrics, transform=Interner().transform
         )
         events = EventRecorder(client, COMPONENT, self.host, metrics=self.metrics)
         ctx = ControllerContext(client, informers, events, term, self.metrics, self.options)
