@@ -411,6 +411,7 @@ async def run_bench(
                 "sim_errors": stats.errors,
                 "http_5xx": int(_server_errors() - errors0),
                 "sim_5xx": stats.server_errors,
+                "sim_no_answer": stats.connection_errors,
                 "controller_errors": int(_controller_errors() - controller_errors0),
                 "lease_renewals": stats.lease_renewals,
                 "lease_failures": stats.lease_failures,
@@ -526,7 +527,8 @@ def main(args: argparse.Namespace) -> int:
         ("CPU net of the idle cluster", "not measured (--idle-seconds 0)"
          if x["cpu_ms_per_pod_net"] is None else f"{x['cpu_ms_per_pod_net']:.3f} ms per pod "
          f"(idle: {x['idle_cpu_per_second'] * 1000:.0f} ms of CPU per second)"),
-        ("5xx (HTTP / nodes' writes)", f"{x['http_5xx']} / {x['sim_5xx']}"),
+        ("5xx (HTTP / nodes' writes)", f"{x['http_5xx']} / {x['sim_5xx']} (nodes' requests "
+         f"without an answer: {x['sim_no_answer']})"),
         ("controller errors", f"{x['controller_errors']}"),
         ("Lease renewals", f"{x['lease_renewals']}: failed {x['lease_failures']}, late "
          f"{x['lease_late']}, lapsed {x['lease_lost']}, max delay {x['lease_max_delay']:.2f} s"),

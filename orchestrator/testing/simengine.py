@@ -35,6 +35,7 @@ from typing import Any, Protocol
 import trio
 
 from orchestrator.agent.node import NODE_LEASE_NAMESPACE, micro_time
+from orchestrator.client import ApiConnectionError
 from orchestrator.client.resource import LEASES, NODES, PODS
 from orchestrator.controllers.runtime.client import Client
 from orchestrator.kube.errors import ApiError
@@ -96,7 +97,9 @@ class SimStatistics:
     parked: int = 0
     """Pod work waiting for a partitioned node to come back."""
     server_errors: int = 0
-    """Writes (pods, Leases, Nodes) the API answered with a 5xx."""
+    """Requests (pods, Leases, Nodes, the pod watch) the API answered with a 5xx."""
+    connection_errors: int = 0
+    """Requests that got no answer (connection failed or broke, or the client's timeout)."""
     lease_failures: int = 0
     """Lease renewals the API refused or failed."""
     lease_late: int = 0
@@ -162,9 +165,8 @@ class Engine:
         self._timers: list[_Timer] = []
         self._seq = 0
         self._last_renewal: dict[str, float] = {}  # node -> trio time of its last Lease write
-        self._phase = {
-            n.name: 1 + i / len(nodes) for i, n in enumerate(nodes)
-        }  # see the module doc
+        # The first heartbeat after registering, in intervals (see the module doc).
+        self._phase = {n.name: 1 + i / len(nodes) for i, n in enumerate(nodes)}
         self._wake = trio.Event()
         self._send, self._receive = trio.open_memory_channel[str](math.inf)
         # Heartbeats due, for their own writers: a slow write never holds up the timers (pod
@@ -230,15 +232,21 @@ class Engine:
             else:
                 await self._report_status(node)
         except ApiError as exc:
-            self._count_error(exc)
+            self._count_error(exc, f"node {node.name}: {what}")
             if what == "lease":
                 self.stats.lease_failures += 1
             log.warning("simulated node %s: %s failed: %s", node.name, what, exc)
 
-    def _count_error(self, exc: ApiError) -> None:
+    def _count_error(self, exc: ApiError, what: str) -> None:
+        """Count a failed request; a 5xx, or a request that got no answer, is logged (warning)
+        with what it was, so a benchmark's count can be traced to its requests."""
         self.stats.errors += 1
-        if exc.code >= 500:
+        if isinstance(exc.__cause__, ApiConnectionError):  # HttpClient's 503 for no answer
+            self.stats.connection_errors += 1
+            log.warning("simulated nodes: %s: no answer: %s", what, exc)
+        elif exc.code >= 500:
             self.stats.server_errors += 1
+            log.warning("simulated nodes: %s: the server answered %s", what, exc)
 
     def _lease_renewed(self, node: EngineNode, due: float) -> None:
         """Lease health: how late this renewal was, and whether the Lease lapsed before it."""
@@ -287,7 +295,7 @@ class Engine:
                 await self._register_once(node)
                 return
             except ApiError as exc:
-                self._count_error(exc)
+                self._count_error(exc, f"node {node.name}: registration")
                 log.info("simulated node %s: registration failed: %s; retrying", node.name, exc)
             await trio.sleep(delay)
             delay = min(delay * 2, RETRY_DELAY)
@@ -388,7 +396,7 @@ class Engine:
                 if exc.code == 410:
                     rv = ""  # compacted: start over from a fresh snapshot (level-based)
                     continue
-                self._count_error(exc)
+                self._count_error(exc, "the pod watch")
                 log.warning("simulated nodes: pod watch failed: %s; retrying", exc)
             await trio.sleep(WATCH_BACKOFF)
 
@@ -415,7 +423,7 @@ class Engine:
             except ApiError as exc:
                 if exc.code == 404:
                     continue
-                self._count_error(exc)
+                self._count_error(exc, f"node {rec.node.name}: pod {key}")
                 log.info("simulated node %s: pod %s: %s; retrying", rec.node.name, key, exc)
                 if self.pods.get(key) is rec and not rec.queued:
                     self._schedule(key, rec, trio.current_time() + RETRY_DELAY)
