@@ -322,6 +322,7 @@ class Engine:
             )
         node.registered.set()
         start = trio.current_time()
+        self._last_renewal[node.name] = start  # the Lease just written: lapses count from here
         phase = self._phase.get(node.name, 1.0)
         self._at(start + node.renew_interval * phase, "lease", node.name)
         self._at(start + node.status_interval * phase, "status", node.name)
