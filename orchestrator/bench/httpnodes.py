@@ -14,8 +14,9 @@ cheap, but not what a real agent costs the server. With `--nodes-over-http` the 
    connection pool and bearer token: NodeRestriction and authentication apply to each write as
    to a real agent's) over loopback HTTPS, and prints `ready` once every node is registered and
    the pod watch is open;
-4. when the benchmark is done it closes the child's stdin; the child prints one JSON line (the
-   engine's `SimStatistics` and its own CPU seconds) and exits.
+4. a line `stats` on its stdin makes the child print one JSON line: the engine's
+   `SimStatistics`, its own CPU seconds and its event loop's lag (`LoopLag`); when the benchmark
+   is done it closes the child's stdin, and the child prints that line once more and exits.
 
 The measured process is then the server alone: its CPU and RSS exclude the nodes' HTTP
 clients, whose CPU the child reports separately.
@@ -41,6 +42,7 @@ from typing import Any
 import trio
 
 from orchestrator.apiserver.server import ApiServer
+from orchestrator.bench.looplag import LoopLag
 from orchestrator.client.config import ClientConfig
 from orchestrator.client.rest import RestClient
 from orchestrator.controllers.runtime.client import Client, HttpClient
@@ -85,17 +87,27 @@ class HttpNodes:
     process: trio.Process
     lines: _Lines
 
-    async def stop(self) -> tuple[SimStatistics, float]:
-        """Close the child's stdin, read its statistics and CPU seconds, wait for it to exit."""
+    async def stats(self) -> tuple[SimStatistics, float, dict[str, Any]]:
+        """The child's statistics, CPU seconds and loop lag so far."""
+        assert self.process.stdin is not None
+        await self.process.stdin.send_all(b"stats\n")
+        with trio.fail_after(60):
+            return self._parse(await self.lines.readline())
+
+    async def stop(self) -> tuple[SimStatistics, float, dict[str, Any]]:
+        """Close the child's stdin, read its last figures (as `stats`), wait for it to exit."""
         assert self.process.stdin is not None
         await self.process.stdin.aclose()
         with trio.fail_after(60):
             line = await self.lines.readline()
             await self.process.wait()
+        return self._parse(line)
+
+    def _parse(self, line: bytes) -> tuple[SimStatistics, float, dict[str, Any]]:
         if not line:
             raise RuntimeError(f"the simulated nodes exited with {self.process.returncode}")
         doc = json.loads(line)
-        return SimStatistics(**doc["stats"]), float(doc["cpu_seconds"])
+        return SimStatistics(**doc["stats"]), float(doc["cpu_seconds"]), doc["loop_lag"]
 
 
 async def start_http_nodes(
@@ -172,14 +184,25 @@ async def _serve(config: dict[str, Any], stdin: _Lines, out: trio.abc.SendStream
             client_for=clients.__getitem__,
             **dict(config["node_options"]),
         )
+        lag = LoopLag()
+
+        async def report() -> None:
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            doc = {
+                "stats": asdict(cluster.statistics()),
+                "cpu_seconds": ru.ru_utime + ru.ru_stime,
+                "loop_lag": lag.summary(),
+            }
+            await out.send_all(json.dumps(doc).encode() + b"\n")
+
         async with trio.open_nursery() as nursery:
             await nursery.start(cluster.run)
+            await nursery.start(lag.run)
             await out.send_all(b"ready\n")
-            while await stdin.readline():  # until the benchmark closes our stdin
-                pass
-            ru = resource.getrusage(resource.RUSAGE_SELF)
-            doc = {"stats": asdict(cluster.statistics()), "cpu_seconds": ru.ru_utime + ru.ru_stime}
-            await out.send_all(json.dumps(doc).encode() + b"\n")
+            while line := await stdin.readline():  # until the benchmark closes our stdin
+                if line.strip() == b"stats":
+                    await report()
+            await report()
             nursery.cancel_scope.cancel()
 
 

@@ -53,6 +53,7 @@ import trio
 
 from orchestrator.apiserver.server import ApiOptions
 from orchestrator.bench.httpnodes import HttpNodes, start_http_nodes
+from orchestrator.bench.looplag import LoopLag
 from orchestrator.client.resource import DEPLOYMENTS, NAMESPACES, NODES, PODS, REPLICASETS
 from orchestrator.controllers.runtime import InProcessClient
 from orchestrator.kube.errors import ApiError
@@ -62,7 +63,7 @@ from orchestrator.raft.node import NodeConfig
 from orchestrator.scheduler.scheduler import Scheduler
 from orchestrator.security.authn import User
 from orchestrator.server import Server, ServerOptions, tune_gc
-from orchestrator.testing.nodes import SimulatedCluster
+from orchestrator.testing.nodes import SimStatistics, SimulatedCluster
 
 __all__ = ["BenchResult", "add_parser", "main", "run_bench"]
 
@@ -273,6 +274,15 @@ async def _nodes_not_ready(admin: InProcessClient) -> int:
     return bad
 
 
+def _run_only(before: SimStatistics, after: SimStatistics) -> dict[str, int]:
+    """The Lease figures of the run alone (not registration, nor the idle window)."""
+    return {
+        "run_lease_renewals": after.lease_renewals - before.lease_renewals,
+        "run_lease_late": after.lease_late - before.lease_late,
+        "run_lease_lost": after.lease_lost - before.lease_lost,
+    }
+
+
 async def run_bench(
     nodes: int,
     pods: int,
@@ -328,6 +338,8 @@ async def run_bench(
             observer = _Observer()
             observer.expected = pods
             await observer.attach(server)
+            server_lag = LoopLag()  # is the server's loop what makes renewals late?
+            await nursery.start(server_lag.run)
             idle_rate = 0.0  # CPU seconds per second of the idle cluster (see the module doc)
             if idle_seconds > 0:
                 await trio.sleep(IDLE_SETTLE)
@@ -336,6 +348,11 @@ async def run_bench(
                 idle_rate = (_usage()[0] - idle_cpu0) / (trio.current_time() - idle_t0)
             errors0, controller_errors0 = _server_errors(), _controller_errors()
             baseline_rss = _rss_now_mib()
+            if remote is not None:
+                stats0 = (await remote.stats())[0]
+            else:
+                assert cluster is not None
+                stats0 = cluster.statistics()
             cpu0, _ = _usage()
             start = trio.current_time()
             sizes = [
@@ -387,11 +404,13 @@ async def run_bench(
                  if isinstance(c, Scheduler)),
                 None,
             )  # fmt: skip
+            nodes_lag: dict[str, Any] | None = None
+            nodes_cpu: float | None = None
             if remote is not None:
-                stats, nodes_cpu = await remote.stop()
+                stats, nodes_cpu, nodes_lag = await remote.stop()
             else:
                 assert cluster is not None
-                stats, nodes_cpu = cluster.statistics(), None
+                stats = cluster.statistics()
             extra: dict[str, Any] = {
                 "transport": "http" if nodes_over_http else "in-process",
                 "empty_server_rss_mib": round(empty_rss, 1),
@@ -418,6 +437,9 @@ async def run_bench(
                 "lease_late": stats.lease_late,
                 "lease_lost": stats.lease_lost,
                 "lease_max_delay": round(stats.lease_max_delay, 3),
+                **_run_only(stats0, stats),
+                "server_loop_lag": server_lag.summary(),
+                "nodes_loop_lag": nodes_lag,
                 "nodes_not_ready": await _nodes_not_ready(admin),
                 "scheduler_bind_errors": sched.statistics().bind_errors if sched else None,
                 "scheduler_attempts": sched.statistics().attempts if sched else None,
@@ -443,6 +465,11 @@ async def run_bench(
         cpu_seconds=round(cpu1 - cpu0, 2),
         extra=extra,
     )
+
+
+def _lag_text(lag: dict[str, Any]) -> str:
+    return (f"mean {lag['mean'] * 1000:.0f} ms, max {lag['max']:.2f} s, over 0.1 s "
+            f"{lag['over_0.1s']:.1%} of the time, over 1 s {lag['over_1s']:.1%}")  # fmt: skip
 
 
 def add_parser(sub: Any) -> None:
@@ -532,6 +559,11 @@ def main(args: argparse.Namespace) -> int:
         ("controller errors", f"{x['controller_errors']}"),
         ("Lease renewals", f"{x['lease_renewals']}: failed {x['lease_failures']}, late "
          f"{x['lease_late']}, lapsed {x['lease_lost']}, max delay {x['lease_max_delay']:.2f} s"),
+        ("  of which in the run", f"{x['run_lease_renewals']}: late {x['run_lease_late']}, "
+         f"lapsed {x['run_lease_lost']}"),
+        ("event loop lag (server)", _lag_text(x["server_loop_lag"])),
+        ("event loop lag (nodes)", "in the server's loop" if x["nodes_loop_lag"] is None
+         else _lag_text(x["nodes_loop_lag"])),
         ("nodes not Ready", f"{x['nodes_not_ready']}"),
     ]  # fmt: skip
     for label, value in rows:
