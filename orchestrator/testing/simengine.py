@@ -4,8 +4,10 @@ whose `SimulatedNode.run` and `SimulatedCluster.run` each drive one `Engine`).
 
 The engine does the I/O and the scheduling: registration (Node and Lease, re-posting the status
 of a Node that exists), Lease renewals and status reports from a heap of deadlines (written by
-`workers` heartbeat writers of their own, a node's next renewal skipped while its last one is
-still queued or in flight, as a kubelet's lease loop is sequential), the shared
+heartbeat writers of their own, as many as nodes: every node renews on its own, as kubelets do,
+and a pool smaller than the nodes would queue renewals behind each other whenever the server is
+slow, measuring the pool; a node's next renewal is skipped while its last one is still in
+flight, as a kubelet's lease loop is sequential), the shared
 pod watch dispatched client-side by `spec.nodeName`, and a work queue of pod keys (deduplicated
 while queued) drained by `workers` tasks that mark pods Running or finish their deletion. What a
 node writes (its Node, status, Lease, a pod's status) and its partition state come from the node
@@ -461,6 +463,7 @@ class Engine:
             nursery.start_soon(self._timer_loop)
             for _ in range(self.workers):
                 nursery.start_soon(self._worker)
+            for _ in range(max(self.workers, len(self.nodes))):  # each node renews on its own
                 nursery.start_soon(self._heartbeat_worker)
             await nursery.start(self._watch_loop)
             task_status.started()
