@@ -66,6 +66,11 @@ log = logging.getLogger(__name__)
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 DRAIN_TIMEOUT = 5.0  # seconds a stopping server gives the requests in progress
+# An idle connection is closed after this long (hypercorn's default is 5 s). Longer than an
+# agent's 10 s Lease interval, so agents keep their connection (no TLS handshake per renewal),
+# and longer than the clients' idle expiry (`client.rest.KEEPALIVE_EXPIRY`), so a client never
+# sends a request on a connection the server is closing (no answer: "Server disconnected").
+KEEP_ALIVE_TIMEOUT = 75.0
 
 
 @dataclass
@@ -243,6 +248,7 @@ class ApiServer:
         """hypercorn until drained: `drain_timeout` is its `graceful_timeout`."""
         config = Config()
         config.graceful_timeout = self.drain_timeout
+        config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT
         # The app answers over-long URLs and headers with a Status (414/431): let them reach it.
         config.h11_max_incomplete_size = MAX_REQUEST_HEAD
         try:

@@ -64,6 +64,10 @@ __all__ = ["RestClient"]  # the transport-free values live in `protocol`
 Params = Mapping[str, str | int | bool | None]
 FAILOVER_CODES = frozenset({503})  # answers that say "this server cannot serve now"
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout)  # the request never reached a server
+# Idle connections are kept this long (httpx's default is 5 s): an agent renews its Lease every
+# 10 s, and a new connection per renewal is a TLS handshake on both sides. Below the server's
+# `KEEP_ALIVE_TIMEOUT`, so the client never reuses a connection the server is closing.
+KEEPALIVE_EXPIRY = 60.0
 
 
 def _ssl_context(cfg: ClientConfig) -> ssl.SSLContext:
@@ -139,6 +143,9 @@ class RestClient:
             verify=verify,
             transport=self._transport,
             timeout=httpx.Timeout(self._timeout, connect=self._connect_timeout),
+            limits=httpx.Limits(  # httpx's default limits, but the idle expiry
+                max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_EXPIRY
+            ),
         )
         await self._http.__aenter__()
         return self

@@ -308,22 +308,35 @@ class SimulatedNode:
 class SimulatedCluster:
     """`n` simulated nodes `<prefix>0`..`<prefix>{n-1}` run by one engine (one pod watch, one
     timer, a pool of `workers` writers); see the module doc. `node_options` are passed to every
-    `SimulatedNode` (cpu, memory, pods, labels, taints, intervals, delays, clock)."""
+    `SimulatedNode` (cpu, memory, pods, labels, taints, intervals, delays, clock).
+
+    `client_for(name)`, if given, is each node's own `Client` (e.g. an `HttpClient` holding
+    that node's token, as a real agent over HTTPS) and `client` is then not used."""
 
     def __init__(
         self,
-        client: Client | Api,
+        client: Client | Api | None,
         n: int,
         prefix: str = "node-",
         *,
         workers: int = 64,
         on_pod_running: Callable[[Obj, float], None] | None = None,
+        client_for: Callable[[str], Client] | None = None,
         **node_options: Any,
     ) -> None:
         if n < 1:
             raise ValueError(f"a simulated cluster needs at least one node, got {n}")
+
+        def client_of(name: str) -> Client | Api:
+            if client_for is not None:
+                return client_for(name)
+            if client is None:
+                raise ValueError("a simulated cluster needs a client, an Api or client_for")
+            return client
+
         self.nodes = [
-            SimulatedNode(client, f"{prefix}{i}", index=i, **node_options) for i in range(n)
+            SimulatedNode(client_of(f"{prefix}{i}"), f"{prefix}{i}", index=i, **node_options)
+            for i in range(n)
         ]
         self.by_name = {node.name: node for node in self.nodes}
         self.workers = workers

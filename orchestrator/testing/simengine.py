@@ -3,7 +3,11 @@ task and a fixed pool of writers (the theory of operation is in `orchestrator.te
 whose `SimulatedNode.run` and `SimulatedCluster.run` each drive one `Engine`).
 
 The engine does the I/O and the scheduling: registration (Node and Lease, re-posting the status
-of a Node that exists), Lease renewals and status reports from a heap of deadlines, the shared
+of a Node that exists), Lease renewals and status reports from a heap of deadlines (written by
+heartbeat writers of their own, as many as nodes: every node renews on its own, as kubelets do,
+and a pool smaller than the nodes would queue renewals behind each other whenever the server is
+slow, measuring the pool; a node's next renewal is skipped while its last one is still in
+flight, as a kubelet's lease loop is sequential), the shared
 pod watch dispatched client-side by `spec.nodeName`, and a work queue of pod keys (deduplicated
 while queued) drained by `workers` tasks that mark pods Running or finish their deletion. What a
 node writes (its Node, status, Lease, a pod's status) and its partition state come from the node
@@ -13,10 +17,16 @@ Invariants: a pod is started at most once per UID; a key is in the work queue at
 nothing is written for a node whose heartbeats are stopped (its work is parked until
 `on_resume`). Errors writing a pod are logged and retried after `RETRY_DELAY`; a 404 drops the
 work; a failed watch is reopened after `WATCH_BACKOFF`.
+
+Heartbeat phases: the k-th of n nodes makes its first renewal (and status report) 1 + k/n
+intervals after registering, so n nodes registered in the same second do not all renew in the
+same second ever after (real agents start at different times; a herd of 1,000 Lease writes
+every 10 s would make the last ones seconds late and measure the herd, not the server).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import math
@@ -27,17 +37,19 @@ from typing import Any, Protocol
 import trio
 
 from orchestrator.agent.node import NODE_LEASE_NAMESPACE, micro_time
+from orchestrator.client import ApiConnectionError
 from orchestrator.client.resource import LEASES, NODES, PODS
 from orchestrator.controllers.runtime.client import Client
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 
-__all__ = ["RETRY_DELAY", "WATCH_BACKOFF", "Engine", "EngineNode", "SimStatistics"]
+__all__ = ["LEASE_LATE", "RETRY_DELAY", "WATCH_BACKOFF", "Engine", "EngineNode", "SimStatistics"]
 
 log = logging.getLogger(__name__)
 
 RETRY_DELAY = 1.0
 WATCH_BACKOFF = 1.0
+LEASE_LATE = 2.0  # a renewal done later than this after its due time counts as late
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
@@ -51,6 +63,7 @@ class EngineNode(Protocol):
     renew_interval: float
     start_delay: float
     status_interval: float
+    lease_duration: int
     uid: str
     registered: trio.Event
     on_resume: Callable[[Any], None] | None  # the engine's hook, called by resume_heartbeats()
@@ -85,12 +98,25 @@ class SimStatistics:
     errors: int = 0
     parked: int = 0
     """Pod work waiting for a partitioned node to come back."""
+    server_errors: int = 0
+    """Requests (pods, Leases, Nodes, the pod watch) the API answered with a 5xx."""
+    connection_errors: int = 0
+    """Requests that got no answer (connection failed or broke, or the client's timeout)."""
+    lease_failures: int = 0
+    """Lease renewals the API refused or failed."""
+    lease_late: int = 0
+    """Lease renewals done more than `LEASE_LATE` seconds after they were due."""
+    lease_lost: int = 0
+    """Times a heartbeating node went `lease_duration` or longer without a renewal: the node
+    lifecycle controller may have seen its Lease expire."""
+    lease_max_delay: float = 0.0
+    """The longest a renewal took from its due time to its success (s)."""
 
 
 @dataclass(slots=True)
 class _Pod:
     node: EngineNode
-    pod: Obj
+    pod: Obj | None  # its latest state while work is queued for it, else None (memory)
     uid: str
     started: bool = False  # this engine reported this UID Running
     queued: bool = False  # in the work queue, or waiting in the timer heap
@@ -140,22 +166,24 @@ class Engine:
         self.stats = SimStatistics(nodes=len(nodes))
         self._timers: list[_Timer] = []
         self._seq = 0
+        self._last_renewal: dict[str, float] = {}  # node -> trio time of its last Lease write
+        # The first heartbeat after registering, in intervals (see the module doc).
+        self._phase = {n.name: 1 + i / len(nodes) for i, n in enumerate(nodes)}
         self._wake = trio.Event()
         self._send, self._receive = trio.open_memory_channel[str](math.inf)
+        # Heartbeats due, for their own writers: a slow write never holds up the timers (pod
+        # starts are timers too), and a node has at most one renewal (one report) queued.
+        self._beats_send, self._beats_receive = trio.open_memory_channel[
+            tuple[str, EngineNode, float]
+        ](math.inf)
+        self._beats_queued: set[tuple[str, str]] = set()  # (what, node) queued or in flight
         for n in nodes:
             n.on_resume = self._on_resume
 
     def statistics(self) -> SimStatistics:
         s = self.stats
-        return SimStatistics(
-            s.nodes,
-            len(self.pods),
-            s.started,
-            s.deleted,
-            s.lease_renewals,
-            s.status_reports,
-            s.errors,
-            sum(len(p) for p in self.parked.values()),
+        return dataclasses.replace(
+            s, pods=len(self.pods), parked=sum(len(p) for p in self.parked.values())
         )
 
     # ------------------------------------------------------------------ timers
@@ -174,7 +202,6 @@ class Engine:
             due: list[_Timer] = []
             while self._timers and self._timers[0].due <= now:
                 due.append(heapq.heappop(self._timers))
-            writes: list[tuple[str, EngineNode]] = []
             for t in due:
                 if t.what == "pod":
                     self._enqueue(t.key)
@@ -182,26 +209,59 @@ class Engine:
                 node = self.nodes[t.key]
                 interval = node.renew_interval if t.what == "lease" else node.status_interval
                 self._at(now + interval, t.what, t.key)
-                if node.heartbeating:
-                    writes.append((t.what, node))
-            if writes:
-                await _parallel(writes, self._heartbeat, self.workers)
-                continue
+                job = (t.what, t.key)
+                if node.heartbeating and job not in self._beats_queued:
+                    self._beats_queued.add(job)  # else the previous one is not done: skip
+                    self._beats_send.send_nowait((t.what, node, t.due))
             self._wake = trio.Event()
             deadline = self._timers[0].due if self._timers else math.inf
             with trio.move_on_at(deadline):
                 await self._wake.wait()
 
-    async def _heartbeat(self, job: tuple[str, EngineNode]) -> None:
-        what, node = job
+    async def _heartbeat_worker(self) -> None:
+        async for job in self._beats_receive:
+            try:
+                await self._heartbeat(job)
+            finally:
+                self._beats_queued.discard((job[0], job[1].name))
+
+    async def _heartbeat(self, job: tuple[str, EngineNode, float]) -> None:
+        what, node, due = job
         try:
             if what == "lease":
                 await self._renew_lease(node)
+                self._lease_renewed(node, due)
             else:
                 await self._report_status(node)
         except ApiError as exc:
-            self.stats.errors += 1
+            self._count_error(exc, f"node {node.name}: {what}")
+            if what == "lease":
+                self.stats.lease_failures += 1
             log.warning("simulated node %s: %s failed: %s", node.name, what, exc)
+
+    def _count_error(self, exc: ApiError, what: str) -> None:
+        """Count a failed request; a 5xx, or a request that got no answer, is logged (warning)
+        with what it was, so a benchmark's count can be traced to its requests."""
+        self.stats.errors += 1
+        if isinstance(exc.__cause__, ApiConnectionError):  # HttpClient's 503 for no answer
+            self.stats.connection_errors += 1
+            log.warning("simulated nodes: %s: no answer: %s", what, exc)
+        elif exc.code >= 500:
+            self.stats.server_errors += 1
+            log.warning("simulated nodes: %s: the server answered %s", what, exc)
+
+    def _lease_renewed(self, node: EngineNode, due: float) -> None:
+        """Lease health: how late this renewal was, and whether the Lease lapsed before it."""
+        now = trio.current_time()
+        delay = max(0.0, now - due)
+        stats = self.stats
+        stats.lease_max_delay = max(stats.lease_max_delay, delay)
+        if delay > LEASE_LATE:
+            stats.lease_late += 1
+        last = self._last_renewal.get(node.name)
+        if last is not None and now - last >= node.lease_duration:
+            stats.lease_lost += 1
+        self._last_renewal[node.name] = now
 
     async def _renew_lease(self, node: EngineNode) -> None:
         now = node.clock()
@@ -237,7 +297,7 @@ class Engine:
                 await self._register_once(node)
                 return
             except ApiError as exc:
-                self.stats.errors += 1
+                self._count_error(exc, f"node {node.name}: registration")
                 log.info("simulated node %s: registration failed: %s; retrying", node.name, exc)
             await trio.sleep(delay)
             delay = min(delay * 2, RETRY_DELAY)
@@ -264,11 +324,18 @@ class Engine:
             )
         node.registered.set()
         start = trio.current_time()
-        self._at(start + node.renew_interval, "lease", node.name)
-        self._at(start + node.status_interval, "status", node.name)
+        self._last_renewal[node.name] = start  # the Lease just written: lapses count from here
+        phase = self._phase.get(node.name, 1.0)
+        self._at(start + node.renew_interval * phase, "lease", node.name)
+        self._at(start + node.status_interval * phase, "status", node.name)
 
     # ------------------------------------------------------------------ pod events
     def _observe(self, etype: str, pod: Obj) -> None:
+        rec = self._observe_pod(etype, pod)
+        if rec is not None and not rec.queued:
+            rec.pod = None  # nothing to do for it: do not keep a pod per pod (100,000s of them)
+
+    def _observe_pod(self, etype: str, pod: Obj) -> _Pod | None:
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
         node = self.nodes.get(str((pod.get("spec") or {}).get("nodeName") or ""))
@@ -278,7 +345,7 @@ class Engine:
             if rec is not None:
                 del self.pods[key]
                 rec.node.release_ip(key)
-            return
+            return None
         if rec is None or rec.uid != uid:
             if rec is not None:
                 rec.node.release_ip(key)
@@ -296,11 +363,12 @@ class Engine:
             elif not rec.queued:
                 self._schedule(key, rec, rec.deleting_at)
         elif rec.queued or status.get("phase") in _TERMINAL or rec.started:
-            return
+            pass
         elif status.get("phase") == "Running" and _all_ready(status):
             rec.started = True  # already running (e.g. an agent restart): nothing to do
         else:
             self._schedule(key, rec, trio.current_time() + node.start_delay)
+        return rec
 
     def _schedule(self, key: str, rec: _Pod, due: float) -> None:
         rec.queued = True
@@ -331,7 +399,7 @@ class Engine:
                 if exc.code == 410:
                     rv = ""  # compacted: start over from a fresh snapshot (level-based)
                     continue
-                self.stats.errors += 1
+                self._count_error(exc, "the pod watch")
                 log.warning("simulated nodes: pod watch failed: %s; retrying", exc)
             await trio.sleep(WATCH_BACKOFF)
 
@@ -345,21 +413,26 @@ class Engine:
                 self.parked[rec.node.name].append(key)
                 continue
             rec.queued = False
+            pod = rec.pod
             try:
-                if (rec.pod.get("metadata") or {}).get("deletionTimestamp"):
+                if pod is None:
+                    pass
+                elif (pod.get("metadata") or {}).get("deletionTimestamp"):
                     await self._finish_deletion(key, rec)
                 elif not rec.started:
-                    await self._start(key, rec)
+                    await self._start(key, rec, pod)
+                if not rec.queued:
+                    rec.pod = None
             except ApiError as exc:
                 if exc.code == 404:
                     continue
-                self.stats.errors += 1
+                self._count_error(exc, f"node {rec.node.name}: pod {key}")
                 log.info("simulated node %s: pod %s: %s; retrying", rec.node.name, key, exc)
                 if self.pods.get(key) is rec and not rec.queued:
                     self._schedule(key, rec, trio.current_time() + RETRY_DELAY)
 
-    async def _start(self, key: str, rec: _Pod) -> None:
-        node, pod = rec.node, rec.pod
+    async def _start(self, key: str, rec: _Pod, pod: Obj) -> None:
+        node = rec.node
         now = node.clock()
         status = node.pod_status(pod, key, now)
         ns, _, name = key.partition("/")
@@ -390,6 +463,8 @@ class Engine:
             nursery.start_soon(self._timer_loop)
             for _ in range(self.workers):
                 nursery.start_soon(self._worker)
+            for _ in range(max(self.workers, len(self.nodes))):  # each node renews on its own
+                nursery.start_soon(self._heartbeat_worker)
             await nursery.start(self._watch_loop)
             task_status.started()
 

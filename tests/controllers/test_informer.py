@@ -22,6 +22,7 @@ from orchestrator.controllers.runtime.informer import (
     InformerFactory,
     SharedInformer,
     deleted_object,
+    strip_managed_fields,
 )
 from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.metrics import Registry
@@ -257,4 +258,43 @@ async def test_factory_shares_one_informer_per_resource(h: Harness) -> None:
             factory.start(nursery)  # idempotent
             await factory.wait_for_cache_sync()
             assert one.has_synced
+            nursery.cancel_scope.cancel()
+
+
+def test_strip_managed_fields_copies_only_what_it_changes() -> None:
+    obj = {"metadata": {"name": "a", "managedFields": [{"manager": "m"}]}, "spec": {"x": 1}}
+    stripped = strip_managed_fields(obj)
+    assert stripped == {"metadata": {"name": "a"}, "spec": {"x": 1}}
+    assert stripped["spec"] is obj["spec"]  # shared, not copied
+    assert obj["metadata"]["managedFields"] == [{"manager": "m"}]  # the original is untouched
+    bare = {"metadata": {"name": "b"}}
+    assert strip_managed_fields(bare) is bare
+
+
+async def test_transform_applies_to_the_cache_and_the_handlers(h: Harness) -> None:
+    client = GatedClient(h)
+    with trio.fail_after(30):
+        await client.create(CONFIGMAPS, cm("a"))
+        inf = SharedInformer(
+            client, CONFIGMAPS, "default", metrics=Registry(), transform=strip_managed_fields
+        )
+        seen: list[Obj] = []
+        inf.add_event_handler(
+            on_add=seen.append,
+            on_update=lambda _old, new: seen.append(new),
+            on_delete=lambda o: seen.append(deleted_object(o)),
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(inf.run)
+            await client.create(CONFIGMAPS, cm("b"))
+            await client.patch(CONFIGMAPS, "a", {"data": {"k": "v"}}, "default")
+            await client.delete(CONFIGMAPS, "b", "default")
+            await until(lambda: len(seen) == 4)
+            assert all("managedFields" not in o["metadata"] for o in seen)
+            a = inf.get("default/a")
+            assert a is not None
+            assert "managedFields" not in a["metadata"]
+            assert a["data"] == {"k": "v"}
+            stored = await client.get(CONFIGMAPS, "a", "default")
+            assert stored["metadata"]["managedFields"]  # the server still has them
             nursery.cancel_scope.cancel()

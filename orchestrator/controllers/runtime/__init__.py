@@ -74,6 +74,9 @@ if TYPE_CHECKING:
     from orchestrator.controllers.runtime.informer import controller_of as controller_of
     from orchestrator.controllers.runtime.informer import deleted_object as deleted_object
     from orchestrator.controllers.runtime.informer import object_key as object_key
+    from orchestrator.controllers.runtime.informer import (
+        strip_managed_fields as strip_managed_fields,
+    )
     from orchestrator.controllers.runtime.inprocess import InProcessClient as InProcessClient
     from orchestrator.controllers.runtime.manager import (
         CONTROLLER_MANAGER_USER as CONTROLLER_MANAGER_USER,
@@ -128,6 +131,7 @@ _MODULE_OF: dict[str, str] = {
             "controller_of",
             "deleted_object",
             "object_key",
+            "strip_managed_fields",
         ),
         _RUNTIME + "informer",
     ),

@@ -32,6 +32,12 @@ its states, in order; no ordering across objects.
 `InformerFactory` hands out one informer per (resource, namespace, label selector) so all
 controllers of a process share one cache and one watch per kind.
 
+Transform (client-go's `SetTransform`): an informer given `transform` caches, and hands its
+handlers, `transform(obj)` instead of `obj`. `strip_managed_fields` is the usual one (as
+kube-controller-manager and kube-scheduler do): `metadata.managedFields` is most of a small
+object's memory, no controller reads it, and an update that omits it keeps the stored entries.
+It copies only the top level and `metadata` (the rest is shared with the decoded object).
+
 Metrics (in the given registry, default `REGISTRY`): `informer_events_total{resource,type}`
 (watch events received, by type), `informer_relists_total{resource}` (LISTs after the first).
 """
@@ -63,6 +69,7 @@ __all__ = [
     "controller_of",
     "deleted_object",
     "object_key",
+    "strip_managed_fields",
 ]
 
 log = logging.getLogger(__name__)
@@ -108,6 +115,14 @@ def controller_of(obj: Obj) -> Obj | None:
         if isinstance(ref, dict) and ref.get("controller"):
             return ref
     return None
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """`obj` without `metadata.managedFields` (a shallow copy; `obj` itself if it has none)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
 
 
 def _index_namespace(obj: Obj) -> list[str]:
@@ -164,8 +179,10 @@ class SharedInformer:
         rng: random.Random | None = None,
         backoff_initial: float = BACKOFF_INITIAL,
         backoff_max: float = BACKOFF_MAX,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> None:
         self.client = client
+        self._transform = transform
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
@@ -283,6 +300,8 @@ class SharedInformer:
 
     # ------------------------------------------------------------------ applying changes
     def _upsert(self, obj: Obj) -> None:
+        if self._transform is not None:
+            obj = self._transform(obj)
         key = object_key(obj)
         old = self._cache.get(key)
         self._cache[key] = obj
@@ -380,7 +399,8 @@ class SharedInformer:
                 if etype in ("ADDED", "MODIFIED"):
                     self._upsert(obj)
                 elif etype == "DELETED":
-                    self._remove(object_key(obj), obj)
+                    last = self._transform(obj) if self._transform is not None else obj
+                    self._remove(object_key(obj), last)
                 elif etype != "BOOKMARK":
                     log.warning("informer for %s: unknown watch event %r", self._label, etype)
                     continue
@@ -395,11 +415,17 @@ class InformerFactory:
     by the next `start`."""
 
     def __init__(
-        self, client: Client, *, resync: float | None = None, metrics: Registry = REGISTRY
+        self,
+        client: Client,
+        *,
+        resync: float | None = None,
+        metrics: Registry = REGISTRY,
+        transform: Callable[[Obj], Obj] | None = None,
     ) -> None:
         self.client = client
         self.resync = resync
         self.metrics = metrics
+        self.transform = transform
         self._informers: dict[tuple[ResourceInfo, str, str], SharedInformer] = {}
         self._started: set[tuple[ResourceInfo, str, str]] = set()
 
@@ -416,6 +442,7 @@ class InformerFactory:
                 label_selector,
                 self.resync,
                 metrics=self.metrics,
+                transform=self.transform,
             )
             self._informers[key] = inf
         return inf

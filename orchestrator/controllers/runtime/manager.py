@@ -39,6 +39,7 @@ from orchestrator.apiserver.resources import Api
 from orchestrator.controllers.runtime.events import EventRecorder
 from orchestrator.controllers.runtime.informer import InformerFactory
 from orchestrator.controllers.runtime.inprocess import InProcessClient
+from orchestrator.controllers.runtime.intern import Interner
 from orchestrator.metrics import REGISTRY, Registry
 from orchestrator.security.authn import User
 
@@ -189,7 +190,9 @@ class ControllerManager:
         client = InProcessClient(
             self.api, self.user, field_manager=COMPONENT, fence_term=term if self._fence else None
         )
-        informers = InformerFactory(client, resync=self.resync, metrics=self.metrics)
+        informers = InformerFactory(  # no managedFields (read by none); sibling pods share
+            client, resync=self.resync, metrics=self.metrics, transform=Interner().transform
+        )
         events = EventRecorder(client, COMPONENT, self.host, metrics=self.metrics)
         ctx = ControllerContext(client, informers, events, term, self.metrics, self.options)
         controllers = list(self.factory(ctx))
