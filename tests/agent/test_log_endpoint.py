@@ -19,10 +19,12 @@ import trio
 from orchestrator.agent.logfiles import log_dir
 from orchestrator.agent.logs import AUTHORIZED_USER, EndpointTLS, LogEndpoint
 from orchestrator.apiserver.app import ApiApp
+from orchestrator.apiserver.flowcontrol import FlowControl
 from orchestrator.apiserver.logproxy import KUBELET_CLIENT_USER, AgentLogProxy, kubelet_client_cert
 from orchestrator.kube.errors import ApiError, not_found
 from orchestrator.kube.schema.builtin import builtin_registry
 from orchestrator.kube.schema.kind import Kind
+from orchestrator.metrics import Registry
 from orchestrator.security.pki import Pki, ensure_pki, issue_client_cert
 from orchestrator.security.tls import serve
 
@@ -41,10 +43,11 @@ def line(i: int, text: str, tag: str = "F") -> bytes:
 
 @dataclass
 class FakeApi:
-    """What `ApiApp._logs` needs of `Api`: kinds, `get` and `authorize`."""
+    """What `ApiApp._logs` needs of `Api`: kinds, `get`, `authorize` and the overload gate."""
 
     pods: dict[str, Obj] = field(default_factory=dict)
     registry: Any = field(default_factory=builtin_registry)
+    flowcontrol: FlowControl = field(default_factory=lambda: FlowControl(registry=Registry()))
 
     def kind(self, group: str, version: str, plural: str) -> Kind:
         kind = self.registry.by_resource(group, version, plural)
