@@ -15,7 +15,7 @@ cheap, but not what a real agent costs the server. With `--nodes-over-http` the 
    to a real agent's) over loopback HTTPS, and prints `ready` once every node is registered and
    the pod watch is open;
 4. a line `stats` on its stdin makes the child print one JSON line: the engine's
-   `SimStatistics`, its own CPU seconds and its event loop's lag (`LoopLag`); when the benchmark
+   `SimStatistics`, its own CPU seconds and its event loop's lag (`WakeLag`); when the benchmark
    is done it closes the child's stdin, and the child prints that line once more and exits.
 
 The measured process is then the server alone: its CPU and RSS exclude the nodes' HTTP
@@ -42,7 +42,7 @@ from typing import Any
 import trio
 
 from orchestrator.apiserver.server import ApiServer
-from orchestrator.bench.looplag import LoopLag
+from orchestrator.bench.wakelag import WakeLag
 from orchestrator.client.config import ClientConfig
 from orchestrator.client.rest import RestClient
 from orchestrator.controllers.runtime.client import Client, HttpClient
@@ -184,7 +184,7 @@ async def _serve(config: dict[str, Any], stdin: _Lines, out: trio.abc.SendStream
             client_for=clients.__getitem__,
             **dict(config["node_options"]),
         )
-        lag = LoopLag()
+        lag = WakeLag()
 
         async def report() -> None:
             ru = resource.getrusage(resource.RUSAGE_SELF)

@@ -53,7 +53,7 @@ import trio
 
 from orchestrator.apiserver.server import ApiOptions
 from orchestrator.bench.httpnodes import HttpNodes, start_http_nodes
-from orchestrator.bench.looplag import LoopLag
+from orchestrator.bench.wakelag import WakeLag
 from orchestrator.client.resource import DEPLOYMENTS, NAMESPACES, NODES, PODS, REPLICASETS
 from orchestrator.controllers.runtime import InProcessClient
 from orchestrator.kube.errors import ApiError
@@ -338,7 +338,7 @@ async def run_bench(
             observer = _Observer()
             observer.expected = pods
             await observer.attach(server)
-            server_lag = LoopLag()  # is the server's loop what makes renewals late?
+            server_lag = WakeLag()  # is the server's loop what makes renewals late?
             await nursery.start(server_lag.run)
             idle_rate = 0.0  # CPU seconds per second of the idle cluster (see the module doc)
             if idle_seconds > 0:

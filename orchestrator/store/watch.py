@@ -56,8 +56,8 @@ Invariants
    if some events are still available, since the deletes at those revisions may be gone.
 4. *Bounded memory*: the ring holds at most `ring_size` events and `ring_bytes` bytes (whole
    revisions; it keeps the invariant that it contains every event with revision in
-   `(ring floor, hub revision]`), and each synced watcher at most `buffer_limit` events; unsynced watchers buffer nothing; pending
-   progress requests coalesce into one flag.
+   `(ring floor, hub revision]`), and each synced watcher at most `buffer_limit` events;
+   unsynced watchers buffer nothing; pending progress requests coalesce into one flag.
 5. *publish never blocks* and costs O(events x distinct prefix lengths + deliveries): synced
    watchers are grouped by prefix and, for a key, only the groups `key[:L]` for the few
    distinct prefix lengths `L` in use are looked up; no watcher is scanned unless it matches.

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from orchestrator.bench.looplag import INTERVAL, LoopLag
+from orchestrator.bench.wakelag import INTERVAL, WakeLag
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def autojump_clock() -> trio.testing.MockClock:
 
 
 def test_summary_buckets_and_maximum() -> None:
-    lag = LoopLag()
+    lag = WakeLag()
     for value in (0.0, 0.02, 0.2, 1.5):
         lag.record(value)
     s = lag.summary()
@@ -23,11 +23,11 @@ def test_summary_buckets_and_maximum() -> None:
     assert s["max"] == 1.5
     assert s["over_0.1s"] == 0.5
     assert s["over_1s"] == 0.25
-    assert LoopLag().summary()["samples"] == 0
+    assert WakeLag().summary()["samples"] == 0
 
 
 async def test_a_busy_loop_shows_as_lag(autojump_clock: trio.testing.MockClock) -> None:
-    lag = LoopLag()
+    lag = WakeLag()
     async with trio.open_nursery() as nursery:
         await nursery.start(lag.run)
         await trio.sleep(INTERVAL / 2)  # the sampler sleeps until INTERVAL

@@ -3,7 +3,9 @@
 A task asking to wake in `INTERVAL` seconds wakes late by as long as the loop was running other
 tasks (or the process was not given a CPU). The bench runs one in the measured server and one
 in the simulated nodes' process, so a late Lease renewal can be traced to the loop that was
-busy. Memory is fixed: a count per lag bucket and the maximum.
+busy. Memory is fixed: a count per lag bucket and the maximum. (`orchestrator.looplag` is the
+other view, from inside: a trio Instrument naming the longest task step; this one needs no
+instrument and measures what a timer, such as a Lease renewal's, sees.)
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ from typing import Any
 
 import trio
 
-__all__ = ["INTERVAL", "LoopLag"]
+__all__ = ["INTERVAL", "WakeLag"]
 
 INTERVAL = 0.05
 BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 2.0, 5.0)  # upper bounds (s) of the lag buckets
 
 
-class LoopLag:
+class WakeLag:
     """Samples the loop's lag every `INTERVAL` seconds while `run` runs (module doc)."""
 
     def __init__(self) -> None:
