@@ -347,10 +347,28 @@ class RaftNode(ReadyHandler):
             core.report_peer_down(down.popleft()[0])
 
     async def _ticker(self) -> None:
+        """Due times on a fixed grid (no drift from how late each wake-up was); a tick that is
+        still pending when the next falls due is not repeated (coalesced), and after a stall the
+        grid restarts from now rather than catching up in a burst."""
+        interval = self.cfg.tick_interval
+        due = trio.current_time() + interval
         while True:
-            await trio.sleep(self.cfg.tick_interval)
-            self._tick_pending = True
-            self._wake.set()
+            await trio.sleep_until(due)
+            if self._tick_due is None:
+                self._tick_due = due
+                self._wake.set()
+            due += interval
+            now = trio.current_time()
+            if due <= now:
+                due = now + interval
+
+    def _observe_tick(self, lateness: float) -> None:
+        """How long after its due time a tick reached the core: the loop's own delay (behind
+        an fsync, an apply, or other tasks holding the event loop)."""
+        metrics.RAFT_TICK_LATENESS.observe(lateness)
+        self.ticks += 1
+        if lateness > self.tick_lateness_max:
+            self.tick_lateness_max = lateness
 
     async def _request(self, kind: str, arg: Any) -> Any:
         w = Waiter()
@@ -366,8 +384,9 @@ class RaftNode(ReadyHandler):
             self._wake = trio.Event()
             inbox, self._inbox = self._inbox, []
             self._step_inbox(inbox)
-            if self._tick_pending:
-                self._tick_pending = False
+            if self._tick_due is not None:
+                self._observe_tick(trio.current_time() - self._tick_due)
+                self._tick_due = None
                 core.tick()
                 self._maybe_promote()
             requests, self._requests = self._requests, []

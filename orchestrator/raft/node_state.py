@@ -97,7 +97,13 @@ class NodeState:
         self._wake = trio.Event()
         self._inbox: list[Message] = []
         self._requests: list[tuple[str, Any, Waiter]] = []
-        self._tick_pending = False
+        # The due time of the tick waiting for the loop (None: none waits). At most one waits:
+        # ticks are coalesced, so a busy loop delays elections rather than triggering them.
+        self._tick_due: float | None = None
+        self.ticks = 0  # ticks the core was given
+        # The latest a tick reached the core after its due time, in seconds (trio's clock), as
+        # `raft_tick_lateness_seconds` observes every tick.
+        self.tick_lateness_max = 0.0
         # Peers the transport saw go away, each with the count of messages it had received by
         # then; reported to the core once that many have been stepped (`_step_inbox`).
         self._peers_down: deque[tuple[NodeId, int]] = deque()
