@@ -74,7 +74,7 @@ from orchestrator.raft.membership import (
 )
 from orchestrator.raft.node_ready import ReadyHandler
 from orchestrator.raft.node_state import ENVELOPE, NodeConfig, parse_addr
-from orchestrator.raft.statemachine import pack_batch
+from orchestrator.raft.statemachine import AppliesNow, pack_batch
 from orchestrator.raft.status import Status
 from orchestrator.raft.storage import RaftStorage
 from orchestrator.raft.transport import PeerTransport
@@ -229,6 +229,7 @@ class RaftNode(ReadyHandler):
         self.storage = await self._raft_db.run(RaftStorage, cfg.data_dir / "raft.db")
         self.sm = await self._sm_db.run(self._sm_factory, cfg.data_dir)
         self._batches = bool(getattr(self.sm, "accepts_batches", False))
+        self._applies_now = self.sm if isinstance(self.sm, AppliesNow) else None
         try:
             await self._open()
             metrics.bind_raft_node(self)

@@ -23,7 +23,7 @@ import trio
 
 from orchestrator.dbthread import DbThread
 from orchestrator.raft.core import RaftCore
-from orchestrator.raft.statemachine import StateMachine
+from orchestrator.raft.statemachine import AppliesNow, StateMachine
 from orchestrator.raft.storage import RaftStorage
 from orchestrator.raft.transport import Address, Faults, PeerTLS, PeerTransport
 from orchestrator.raft.types import (
@@ -115,6 +115,7 @@ class NodeState:
         self._rid = itertools.count(int.from_bytes(os.urandom(7), "big"))
         self._waiters: dict[int, Waiter] = {}  # request id -> waiter
         self._batches = False  # pack proposals that arrive together (see statemachine.py)
+        self._applies_now: AppliesNow[Any] | None = None  # self.sm, if it can (statemachine.py)
         self._applied_bytes = 0  # entry data applied since the last snapshot
         self._by_index: dict[int, tuple[int, int]] = {}  # index -> (term, request id), leader only
         self._conf_waiters: dict[int, tuple[int, Waiter]] = {}  # index -> (term, waiter)

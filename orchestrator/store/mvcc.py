@@ -11,7 +11,9 @@ one that finds it `commit_interval` old (100 ms) commits it, as etcd's backend b
 transactions (100 ms). The pages that many batches write (the index leaves every writer's keys
 sit in) are then written to the WAL once per commit instead of once per batch: about a fifth
 less CPU per put at a few dozen puts per batch than a commit per batch, and 100 ms about 8 %
-less than 50 ms at a few thousand puts/s (each hot leaf is written half as often). Reads use the
+less than 50 ms at a few thousand puts/s (each hot leaf is written half as often). `apply_now`,
+the driver's apply of a few small commands on its event loop (no thread hop for a lone write),
+never commits: the driver commits on the database's thread when `commit_due()`. Reads use the
 same connection, so they see every applied batch at once; `commit()` (and `sync`, `snapshot`,
 `restore`, `maybe_checkpoint`, `close`, which call it) ends the transaction. A crash loses the
 applies of the open transaction only, together with the applied index that covers them: the
@@ -138,6 +140,14 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_QUOTA_BYTES", "MVCCStore"]
 
 
+# `apply_now` applies at most this much command data on the caller's event loop: a lone write
+# or a few (a few hundred microseconds of CPU), not the batches of a loaded server.
+APPLY_NOW_BYTES = 16 * 1024
+# In every encoded compact command (msgpack fixstr "compact"); a value holding these bytes only
+# sends its entry to `apply`, which is always right.
+_COMPACT_MARK = msgpack.packb(Op.COMPACT)
+
+
 class MVCCStore(MVCCReader):
     """See the module docstring. Synchronous; call through a `DbThread`."""
 
@@ -146,6 +156,24 @@ class MVCCStore(MVCCReader):
     # ------------------------------------------------------------------ StateMachine
     def applied_index(self) -> int:
         return self._applied
+
+    def apply_now(self, entries: Sequence[Entry]) -> Applied[Event] | None:
+        """`apply` for a caller on an event loop (`raft.statemachine.AppliesNow`): only a few
+        small commands (up to `APPLY_NOW_BYTES`) and no compaction (it deletes history in
+        bulk, then checkpoints), and the transaction is left open whatever its age: the
+        caller commits it on the database's thread when `commit_due()`. None: not applied."""
+        if sum(len(e.data) for e in entries) > APPLY_NOW_BYTES or any(
+            _COMPACT_MARK in e.data for e in entries
+        ):
+            return None
+        return self._apply(entries, end=False)
+
+    def commit_due(self) -> bool:
+        """Is the open apply transaction `commit_interval` old?"""
+        return (
+            self._db().in_transaction
+            and time.monotonic() - self._txn_since >= self._commit_interval
+        )
 
     def apply(self, entries: Sequence[Entry]) -> Applied[Event]:
         """Apply, in one transaction, every entry above the applied index; see the module doc.
@@ -156,6 +184,9 @@ class MVCCStore(MVCCReader):
         Raises ValueError (applying nothing) if the new entries do not continue the applied
         index contiguously: skipping an index would silently lose a committed command.
         """
+        return self._apply(entries, end=True)
+
+    def _apply(self, entries: Sequence[Entry], *, end: bool) -> Applied[Event]:
         conn = self._db()
         applied = self._applied
         expected = applied + 1
@@ -201,7 +232,7 @@ class MVCCStore(MVCCReader):
             # WAL, which now holds the compaction's page changes, back to zero bytes.
             self.commit()
             conn.execute(SQL_CHECKPOINT)
-        elif time.monotonic() - self._txn_since >= self._commit_interval:
+        elif end and time.monotonic() - self._txn_since >= self._commit_interval:
             self.commit()
         return Applied(results, events)
 
