@@ -23,7 +23,11 @@ works through every `Ready`:
     4. `advance()`, then maybe compact the log behind a synced state machine.
 
 Ticks are coalesced: while the loop is busy (a slow fsync), at most one tick waits, so a slow
-disk delays elections instead of triggering a burst of them.
+disk delays elections instead of triggering a burst of them. Each tick's lateness (from its due
+time on the ticker's fixed grid to reaching the core) is `raft_tick_lateness_seconds`.
+
+A Ready that only moves the commit index is not saved, and its entries, if few and small, are
+applied on the event loop (`statemachine.AppliesNow`): a lone write's commit makes no thread hop.
 
 When the transport sees a peer's process go away (its connections closed or reset, or refused),
 the loop reports it to the core (`report_peer_down`: a follower whose leader that was campaigns
