@@ -239,7 +239,6 @@ class RaftNode(ReadyHandler):
             metrics.bind_raft_node(self)
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.transport.run)
-                nursery.start_soon(self._forward_inbound)
                 nursery.start_soon(self._ticker)
                 if self.core.conf.voters == {self.id}:
                     self.core.campaign()  # a lone server need not wait an election timeout
@@ -298,6 +297,7 @@ class RaftNode(ReadyHandler):
             faults=cfg.faults,
             rng=random.Random(self._rng.random()),
             on_peer_down=self._on_peer_down,
+            on_message=self._on_message,
             tls=cfg.peer_tls,
             # A server that knows no membership yet (joining) admits whoever calls with a
             # server certificate: the leader that added it. `_set_peers` ends that.
@@ -313,22 +313,16 @@ class RaftNode(ReadyHandler):
             self._snapshot.meta.index,
         )
 
-    async def _forward_inbound(self) -> None:
-        inbound = self.transport.inbound
-        async for m in inbound:
-            inbox = self._inbox  # the loop takes the list and leaves a new one each turn
-            inbox.append(m)
-            # Also whatever came with it, without a yield per message (as `async for` would):
-            # messages that arrived together (both followers' acknowledgements) are stepped in
-            # one turn of the loop rather than one turn each.
-            while True:
-                try:
-                    inbox.append(inbound.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            self._wake.set()
-            if len(inbox) > 10_000:
-                await trio.lowlevel.checkpoint()  # let the loop drain a flood
+    def _on_message(self, m: Message) -> bool:
+        """From the transport's connection task: into the inbox, and wake the loop (messages
+        that arrive together are stepped in one turn). False: the inbox is full (the loop is
+        far behind, e.g. a flood during a slow fsync), the transport drops the message."""
+        inbox = self._inbox  # the loop takes the list and leaves a new one each turn
+        if len(inbox) >= self.transport.queue_size:
+            return False
+        inbox.append(m)
+        self._wake.set()
+        return True
 
     def _on_peer_down(self, peer: NodeId) -> None:
         self._peers_down.append((peer, self.transport.statistics().received))
