@@ -27,7 +27,7 @@ from orchestrator.server import open_store
 from orchestrator.store.raftstore import RaftStore
 from orchestrator.store.types import NoQuorum, Unavailable
 
-TICK = 0.1  # the servers' default tick: heartbeats every tick, elections after 10-20
+TICK = 0.1  # the servers' default tick: heartbeats every 2, elections after 10-20
 
 
 @asynccontextmanager
