@@ -56,6 +56,7 @@ __all__ = [
     "RAFT_COMMIT_DURATION",
     "RAFT_LEADER_CHANGES",
     "RAFT_PROPOSALS_FAILED",
+    "RAFT_TICK_LATENESS",
     "RAFT_WAL_FSYNC_DURATION",
     "ApiRequestMetrics",
     "TimedRuntime",
@@ -189,6 +190,13 @@ RAFT_WAL_FSYNC_DURATION = REGISTRY.histogram(
     "Latency of persisting one Raft Ready batch (log entries and hard state, fsynced): "
     "etcd's etcd_disk_wal_fsync_duration_seconds.",
     buckets=DISK_BUCKETS,
+).labels()
+RAFT_TICK_LATENESS = REGISTRY.histogram(
+    "raft_tick_lateness_seconds",
+    "How long after its due time each Raft tick reached the Raft core: the Raft loop's delay "
+    "behind its own disk work or other tasks holding the event loop. Elections and heartbeats "
+    "slip by as much.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 ).labels()
 RAFT_LEADER_CHANGES = REGISTRY.counter(
     "raft_leader_changes_total", "Number of leader changes seen by this server."

@@ -218,3 +218,32 @@ async def test_a_thread_whose_pipe_is_a_high_descriptor_still_wakes() -> None:
     finally:
         for fd in held:
             os.close(fd)
+
+
+# ---------------------------------------------------------------------------- run_here_nowait
+async def test_run_here_nowait_runs_on_the_calling_thread_when_the_turn_is_free() -> None:
+    db = DbThread()
+    assert db.run_here_nowait(threading.get_ident) == threading.get_ident()
+    with trio.fail_after(20):
+        assert await db.run(threading.get_ident) != threading.get_ident()  # the turn is back
+
+
+async def test_run_here_nowait_refuses_while_a_call_holds_the_turn() -> None:
+    db = DbThread()
+    started, release = threading.Event(), threading.Event()
+
+    def held() -> None:
+        started.set()
+        release.wait(10)
+
+    ran: list[int] = []
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(db.run, held)
+            await trio.to_thread.run_sync(started.wait, 10)
+            with pytest.raises(trio.WouldBlock):
+                db.run_here_nowait(ran.append, 1)
+            release.set()
+    assert ran == []
+    assert db.run_here_nowait(ran.append, 2) is None
+    assert ran == [2]

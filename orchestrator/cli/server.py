@@ -111,7 +111,12 @@ def add_parser(sub: Any) -> None:
     )
     s.add_argument("--snapshot-every", type=int, default=10_000, help="entries between snapshots")
     s.add_argument("--keep-tail", type=int, default=5_000, help="entries kept after a snapshot")
-    s.add_argument("--tick-ms", type=int, default=100, help="Raft tick (heartbeat) interval")
+    s.add_argument(
+        "--tick-ms",
+        type=int,
+        default=100,
+        help="Raft tick interval; the leader heartbeats every 2 ticks",
+    )
     s.add_argument("--enable-fault-injection", action="store_true", help=argparse.SUPPRESS)
     s.add_argument(
         "--quota-bytes",

@@ -23,7 +23,11 @@ works through every `Ready`:
     4. `advance()`, then maybe compact the log behind a synced state machine.
 
 Ticks are coalesced: while the loop is busy (a slow fsync), at most one tick waits, so a slow
-disk delays elections instead of triggering a burst of them.
+disk delays elections instead of triggering a burst of them. Each tick's lateness (from its due
+time on the ticker's fixed grid to reaching the core) is `raft_tick_lateness_seconds`.
+
+A Ready that only moves the commit index is not saved, and its entries, if few and small, are
+applied on the event loop (`statemachine.AppliesNow`): a lone write's commit makes no thread hop.
 
 When the transport sees a peer's process go away (its connections closed or reset, or refused),
 the loop reports it to the core (`report_peer_down`: a follower whose leader that was campaigns
@@ -74,7 +78,7 @@ from orchestrator.raft.membership import (
 )
 from orchestrator.raft.node_ready import ReadyHandler
 from orchestrator.raft.node_state import ENVELOPE, NodeConfig, parse_addr
-from orchestrator.raft.statemachine import pack_batch
+from orchestrator.raft.statemachine import AppliesNow, pack_batch
 from orchestrator.raft.status import Status
 from orchestrator.raft.storage import RaftStorage
 from orchestrator.raft.transport import PeerTransport
@@ -229,12 +233,12 @@ class RaftNode(ReadyHandler):
         self.storage = await self._raft_db.run(RaftStorage, cfg.data_dir / "raft.db")
         self.sm = await self._sm_db.run(self._sm_factory, cfg.data_dir)
         self._batches = bool(getattr(self.sm, "accepts_batches", False))
+        self._applies_now = self.sm if isinstance(self.sm, AppliesNow) else None
         try:
             await self._open()
             metrics.bind_raft_node(self)
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.transport.run)
-                nursery.start_soon(self._forward_inbound)
                 nursery.start_soon(self._ticker)
                 if self.core.conf.voters == {self.id}:
                     self.core.campaign()  # a lone server need not wait an election timeout
@@ -293,6 +297,7 @@ class RaftNode(ReadyHandler):
             faults=cfg.faults,
             rng=random.Random(self._rng.random()),
             on_peer_down=self._on_peer_down,
+            on_message=self._on_message,
             tls=cfg.peer_tls,
             # A server that knows no membership yet (joining) admits whoever calls with a
             # server certificate: the leader that added it. `_set_peers` ends that.
@@ -308,22 +313,16 @@ class RaftNode(ReadyHandler):
             self._snapshot.meta.index,
         )
 
-    async def _forward_inbound(self) -> None:
-        inbound = self.transport.inbound
-        async for m in inbound:
-            inbox = self._inbox  # the loop takes the list and leaves a new one each turn
-            inbox.append(m)
-            # Also whatever came with it, without a yield per message (as `async for` would):
-            # messages that arrived together (both followers' acknowledgements) are stepped in
-            # one turn of the loop rather than one turn each.
-            while True:
-                try:
-                    inbox.append(inbound.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-            self._wake.set()
-            if len(inbox) > 10_000:
-                await trio.lowlevel.checkpoint()  # let the loop drain a flood
+    def _on_message(self, m: Message) -> bool:
+        """From the transport's connection task: into the inbox, and wake the loop (messages
+        that arrive together are stepped in one turn). False: the inbox is full (the loop is
+        far behind, e.g. a flood during a slow fsync), the transport drops the message."""
+        inbox = self._inbox  # the loop takes the list and leaves a new one each turn
+        if len(inbox) >= self.transport.queue_size:
+            return False
+        inbox.append(m)
+        self._wake.set()
+        return True
 
     def _on_peer_down(self, peer: NodeId) -> None:
         self._peers_down.append((peer, self.transport.statistics().received))
@@ -347,10 +346,28 @@ class RaftNode(ReadyHandler):
             core.report_peer_down(down.popleft()[0])
 
     async def _ticker(self) -> None:
+        """Due times on a fixed grid (no drift from how late each wake-up was); a tick that is
+        still pending when the next falls due is not repeated (coalesced), and after a stall the
+        grid restarts from now rather than catching up in a burst."""
+        interval = self.cfg.tick_interval
+        due = trio.current_time() + interval
         while True:
-            await trio.sleep(self.cfg.tick_interval)
-            self._tick_pending = True
-            self._wake.set()
+            await trio.sleep_until(due)
+            if self._tick_due is None:
+                self._tick_due = due
+                self._wake.set()
+            due += interval
+            now = trio.current_time()
+            if due <= now:
+                due = now + interval
+
+    def _observe_tick(self, lateness: float) -> None:
+        """How long after its due time a tick reached the core: the loop's own delay (behind
+        an fsync, an apply, or other tasks holding the event loop)."""
+        metrics.RAFT_TICK_LATENESS.observe(lateness)
+        self.ticks += 1
+        if lateness > self.tick_lateness_max:
+            self.tick_lateness_max = lateness
 
     async def _request(self, kind: str, arg: Any) -> Any:
         w = Waiter()
@@ -366,8 +383,9 @@ class RaftNode(ReadyHandler):
             self._wake = trio.Event()
             inbox, self._inbox = self._inbox, []
             self._step_inbox(inbox)
-            if self._tick_pending:
-                self._tick_pending = False
+            if self._tick_due is not None:
+                self._observe_tick(trio.current_time() - self._tick_due)
+                self._tick_due = None
                 core.tick()
                 self._maybe_promote()
             requests, self._requests = self._requests, []

@@ -69,7 +69,7 @@ class ReadyHandler(NodeState):
         snaps_sent = await self._send(rd.messages) if early else []
         # 1. persist: one transaction for the whole batch.
         applied = sent = False
-        if rd.must_persist():
+        if rd.must_persist() and not self._commit_only(rd):
             snap = None if rd.snapshot is None else Snapshot(rd.snapshot.meta)  # metadata only
             if rd.committed and snap is None:
                 # Persist and apply on one worker thread (holding both databases' turns), as two
@@ -226,10 +226,58 @@ class ReadyHandler(NodeState):
                 sm_entries.append(e)
         return sm_entries, mine
 
+    def _commit_only(self, rd: Ready) -> bool:
+        """Does `rd` only move the commit index (nothing to persist: no entries, no snapshot,
+        term and vote as saved)? Then it is not saved at all. The commit index is volatile in
+        Raft: after a restart the stored, older one is relearnt from the leader (or recommitted
+        by a lone server) and the state machine skips what it applied already. Saving it cost
+        a SQLite transaction (and a thread hop) on every commit of every server."""
+        hs = rd.hard_state
+        prev = self.core.prev_hs
+        return (
+            hs is not None
+            and not rd.entries
+            and rd.snapshot is None
+            and hs.term == prev.term
+            and hs.vote == prev.vote
+        )
+
     async def _apply(self, entries: list[Entry]) -> None:
         sm_entries, mine = self._strip(entries)
-        applied = await self._sm_db.run(self.sm.apply, sm_entries)
+        here = self._apply_here(entries, sm_entries)
+        if here is None:
+            applied = await self._sm_db.run(self.sm.apply, sm_entries)
+            await self._applied(entries, mine, applied)
+            return
+        applied, commit_due = here
         await self._applied(entries, mine, applied)
+        if commit_due:
+            # The applies share a transaction, committed once it is old enough: on the state
+            # machine's thread, while the waiters answered above run.
+            assert self._applies_now is not None
+            await self._sm_db.run(self._applies_now.commit)
+
+    def _apply_here(
+        self, entries: list[Entry], sm_entries: list[Entry]
+    ) -> tuple[Applied[Any], bool] | None:
+        """Apply a few small entries on the event loop, without a hop to the state machine's
+        thread and back (two thread wake-ups, often the larger part of a lone write's time
+        and CPU), if the state machine can (`AppliesNow`, see `statemachine`: no fsync, no
+        commit, nothing that could take long) and its thread is idle. Returns what was
+        applied and whether a commit is due; None: not applied."""
+        sm = self._applies_now
+        if sm is None or any(e.type is EntryType.CONF_CHANGE for e in entries):
+            return None
+
+        def apply_now() -> tuple[Applied[Any], bool] | None:
+            assert sm is not None
+            applied = sm.apply_now(sm_entries)
+            return None if applied is None else (applied, sm.commit_due())
+
+        try:
+            return self._sm_db.run_here_nowait(apply_now)
+        except trio.WouldBlock:
+            return None  # a call is running on the thread: queue behind it
 
     async def _applied(
         self, entries: list[Entry], mine: list[tuple[int, int] | None], applied: Applied[Any]

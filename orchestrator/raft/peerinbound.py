@@ -65,6 +65,7 @@ class InboundPeers(abc.ABC):
     tls: PeerTLS | None
     admit_unknown: bool
     on_peer_down: Callable[[NodeId], None] | None
+    on_message: Callable[[Message], bool] | None
     _peers: Mapping[NodeId, object]
     _inbound_conns: dict[NodeId, set[InboundConn]]
     _removed: set[NodeId]
@@ -274,6 +275,17 @@ class InboundPeers(abc.ABC):
                 msg.to,
                 conn.peer_id,
             )
+            return
+        if self.on_message is not None:
+            try:
+                taken = self.on_message(msg)
+            except Exception:  # the driver's bug must not take the connection's task down
+                log.exception("node %d: error in on_message(%s)", self.node_id, msg.type.name)
+                taken = False
+            if taken:
+                self._received += 1
+            else:
+                self._dropped_inbound_full += 1
             return
         try:
             self._inbound_send.send_nowait(msg)

@@ -20,6 +20,14 @@ Invariants every implementation must keep:
   forgets log entries, and after `restore`: from then on the state machine's own database is
   the snapshot, so the Raft storage keeps only the snapshot's metadata.
 
+Applying on the event loop (optional, `AppliesNow`): a state machine whose applies of a few small
+entries are quick CPU work (no fsync, no commit, no compaction) may offer `apply_now`, which the
+driver calls on its own (trio) thread instead of handing the entries to the state machine's
+thread and waiting for it (two thread wake-ups: for a lone write, more than the apply itself).
+`apply_now` returns None, doing nothing, for entries it cannot apply that quickly; those go
+through `apply`. What it applied is not yet durable even as far as `apply` is (no commit): the
+driver calls `commit()` on the state machine's thread when `commit_due()` says so.
+
 Batches (optional): a state machine whose `accepts_batches` is true also applies entries made by
 `pack_batch` (several commands that arrived together, one log entry for all: one log row, one
 message slot, one envelope instead of one each). Their commands are applied in order, as if they
@@ -31,7 +39,7 @@ for one; a state machine whose commands are not msgpack must not accept batches.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import msgpack
 
@@ -90,3 +98,21 @@ class StateMachine(Protocol[E_co]):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class AppliesNow(Protocol[E_co]):
+    """A state machine that can apply small batches on the event loop (module doc)."""
+
+    def apply_now(self, entries: Sequence[Entry]) -> Applied[E_co] | None:
+        """`apply`, without ending the transaction and only if it is quick CPU work; None
+        (nothing applied) otherwise."""
+        ...
+
+    def commit_due(self) -> bool:
+        """Do the applies made since the last commit wait long enough to be committed now?"""
+        ...
+
+    def commit(self) -> None:
+        """Commit the applies made so far (no fsync needed: see `sync`)."""
+        ...

@@ -37,9 +37,13 @@ Invariants:
   peer's bounded queue, or drops. Unknown peers, full queues and injected faults are counted in
   `statistics()`.
 - Everything reaching `inbound` was decoded by `decode_message`, is addressed to this node and
-  comes from the node id that the connection announced in its hello. Nothing a peer sends can
-  crash `run`: per-connection errors (OSError, broken/closed streams, FramingError, CodecError)
-  are contained in that connection's task and logged; `trio.Cancelled` is never swallowed.
+  comes from the node id that the connection announced in its hello. With `on_message` the
+  messages go to that callback instead (called from the connection's task, no task in between:
+  one task switch less per message batch, which the Raft driver takes); it returns False to
+  refuse one (its queue is full), which is then dropped and counted like a full `inbound`.
+  Nothing a peer sends can crash `run`: per-connection errors (OSError, broken/closed
+  streams, FramingError, CodecError) are contained in that connection's task and logged;
+  `trio.Cancelled` is never swallowed.
 - Memory is bounded: at most `queue_size` messages per peer queue, `queue_size` delayed messages,
   `queue_size` undelivered inbound messages, and about `max_frame` bytes per inbound connection.
 - All tasks live in the nursery opened by `run`; cancelling `run` stops them and closes every
@@ -130,6 +134,7 @@ class PeerTransport(InboundPeers):
         on_peer_down: Callable[[NodeId], None] | None = None,
         tls: PeerTLS | None = None,
         admit_unknown: bool = False,
+        on_message: Callable[[Message], bool] | None = None,
     ) -> None:
         if node_id < 1:
             raise ValueError("node ids start at 1")
@@ -146,6 +151,7 @@ class PeerTransport(InboundPeers):
         self.reconnect_backoff = reconnect_backoff
         self._rng = rng if rng is not None else random.Random()
         self.on_peer_down = on_peer_down
+        self.on_message = on_message
         self.tls = tls
         self.admit_unknown = admit_unknown  # admission rule: module doc
 

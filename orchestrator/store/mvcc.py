@@ -15,7 +15,9 @@ once per batch: about a fifth less CPU per put at a few dozen puts per batch tha
 batch, and 100 ms about 8 % less than 50 ms at a few thousand puts/s (each hot leaf is written
 half as often); 30 s rather than 100 ms is for flash (store.db WAL bytes per key write at a
 churn of 10 writes/s: 6.7 KiB at 100 ms, 1.8 KiB at 30 s; see
-`mvcc_reads.DEFAULT_COMMIT_INTERVAL`). Reads use the same connection, so they see every applied
+`mvcc_reads.DEFAULT_COMMIT_INTERVAL`). `apply_now`, the driver's apply of a few small commands
+on its event loop (no thread hop for a lone write), never commits: the driver commits on the
+database's thread when `commit_due()`. Reads use the same connection, so they see every applied
 batch at once; `commit()` (and `sync`, `snapshot`, `restore`, `maybe_checkpoint`, `close`, which
 call it) ends the transaction. A crash loses the applies of the open transaction only, together
 with the applied index that covers them: the driver hands those entries again (the Raft log
@@ -141,6 +143,14 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_QUOTA_BYTES", "MVCCStore"]
 
 
+# `apply_now` applies at most this much command data on the caller's event loop: a lone write
+# or a few (a few hundred microseconds of CPU), not the batches of a loaded server.
+APPLY_NOW_BYTES = 16 * 1024
+# In every encoded compact command (msgpack fixstr "compact"); a value holding these bytes only
+# sends its entry to `apply`, which is always right.
+_COMPACT_MARK = msgpack.packb(Op.COMPACT)
+
+
 class MVCCStore(MVCCReader):
     """See the module docstring. Synchronous; call through a `DbThread`."""
 
@@ -149,6 +159,26 @@ class MVCCStore(MVCCReader):
     # ------------------------------------------------------------------ StateMachine
     def applied_index(self) -> int:
         return self._applied
+
+    def apply_now(self, entries: Sequence[Entry]) -> Applied[Event] | None:
+        """`apply` for a caller on an event loop (`raft.statemachine.AppliesNow`): only a few
+        small commands (up to `APPLY_NOW_BYTES`) and no compaction (it deletes history in
+        bulk, then checkpoints), and the transaction is left open whatever its age: the
+        caller commits it on the database's thread when `commit_due()`. None: not applied."""
+        if sum(len(e.data) for e in entries) > APPLY_NOW_BYTES or any(
+            _COMPACT_MARK in e.data for e in entries
+        ):
+            return None
+        return self._apply(entries, end=False)
+
+    def commit_due(self) -> bool:
+        """Is the open apply transaction `commit_interval` old, or has it changed
+        `COMMIT_CHANGES` rows?"""
+        conn = self._db()
+        return conn.in_transaction and (
+            time.monotonic() - self._txn_since >= self._commit_interval
+            or conn.total_changes - self._txn_changes >= COMMIT_CHANGES
+        )
 
     def apply(self, entries: Sequence[Entry]) -> Applied[Event]:
         """Apply, in one transaction, every entry above the applied index; see the module doc.
@@ -159,6 +189,9 @@ class MVCCStore(MVCCReader):
         Raises ValueError (applying nothing) if the new entries do not continue the applied
         index contiguously: skipping an index would silently lose a committed command.
         """
+        return self._apply(entries, end=True)
+
+    def _apply(self, entries: Sequence[Entry], *, end: bool) -> Applied[Event]:
         conn = self._db()
         applied = self._applied
         expected = applied + 1
@@ -203,10 +236,7 @@ class MVCCStore(MVCCReader):
             # WAL, which now holds the compaction's page changes, back to zero bytes.
             self.commit()
             conn.execute(SQL_CHECKPOINT)
-        elif (
-            time.monotonic() - self._txn_since >= self._commit_interval
-            or conn.total_changes - self._txn_changes >= COMMIT_CHANGES
-        ):
+        elif end and self.commit_due():
             self.commit()
         return Applied(results, events)
 

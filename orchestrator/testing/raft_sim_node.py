@@ -180,8 +180,15 @@ class SimNode:
             if d.entries:
                 del d.entries[max(0, first - d.entries[0].index) :]
             d.entries.extend(rd.entries)
-        if rd.hard_state is not None:
-            d.hard_state = rd.hard_state
+        hs = rd.hard_state
+        if hs is not None and (
+            # As in production: a hard state that only moves the commit index is not saved by
+            # itself (the commit index is volatile), only with entries or a term or vote.
+            rd.entries
+            or rd.snapshot is not None
+            or (hs.term, hs.vote) != (d.hard_state.term, d.hard_state.vote)
+        ):
+            d.hard_state = hs
 
     def _apply(self, rd: Ready) -> None:
         sim = self.sim

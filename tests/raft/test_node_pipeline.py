@@ -7,6 +7,9 @@ database thread, and the driver acts on the first result while the second runs.
   their proposals while its new entries are persisted.
 - An entry committed in the same Ready that persists it (a lone server) is applied only after
   that persist.
+- A Ready that only commits is not saved, and its entries are applied on the event loop when
+  the state machine can (`AppliesNow`) and its thread is idle (else on the thread); the apply
+  window is committed on the thread after the answer.
 
 Readies come from real cores driven by the in-memory harness; the driver under test gets a
 storage, state machine and transport that record what happens, and gates (threading.Event on
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
 from harness import Cluster
 
 from orchestrator.raft.core import RaftCore
@@ -195,3 +199,93 @@ async def test_an_entry_is_applied_only_after_it_is_persisted(tmp_path: Path) ->
         ("apply", [index]),
         ("applied", [index]),
     ]
+
+
+class ApplyingNow(Recorder):
+    """A `Recorder` whose state machine also applies on the event loop (`AppliesNow`)."""
+
+    def __init__(self, *, commit_due: bool = False, **kw: bool) -> None:
+        super().__init__(**kw)
+        self.due = commit_due
+
+    def apply_now(self, entries: Sequence[Entry]) -> Applied[object] | None:
+        self.log.append(("apply_now", [e.index for e in entries]))
+        return Applied([None] * len(entries))
+
+    def commit_due(self) -> bool:
+        return self.due
+
+    def commit(self) -> None:
+        self.log.append(("commit", None))
+
+
+def committing_leader() -> tuple[RaftCore, Ready, int]:
+    """A leader whose entry a (persisted earlier) has just been acknowledged: its Ready only
+    commits a (no entries; the hard state moves only its commit index)."""
+    c = elected()
+    a_index, _ = c.propose(1, ENVELOPE.pack(1, 777) + b"a")
+    c.deliver_round()
+    core = c[1]
+    for m in c.take(lambda m: m.to == 1):
+        core.step(m)
+    rd = core.ready()
+    assert not rd.entries
+    assert indexes(rd.committed) == [a_index]
+    assert rd.hard_state is not None
+    assert rd.hard_state.commit == a_index
+    return core, rd, a_index
+
+
+async def test_a_ready_that_only_commits_is_not_saved_and_applies_on_the_event_loop(
+    tmp_path: Path,
+) -> None:
+    core, rd, a_index = committing_leader()
+    rec = ApplyingNow()
+    node = driver(core, tmp_path, rec)
+    node._applies_now = rec
+    waiter = Waiter()
+    node._waiters[777] = waiter
+    with trio.fail_after(30):
+        await node._handle_ready(rd)
+        await waiter.wait()
+    sends = len(rd.messages)  # the new commit index, to the followers
+    assert rec.log == [("send", "APP")] * sends + [("apply_now", [a_index])]
+    assert node.applied_index() == a_index
+
+
+async def test_applies_on_the_thread_while_the_thread_is_busy(tmp_path: Path) -> None:
+    core, rd, a_index = committing_leader()
+    rec = ApplyingNow()
+    node = driver(core, tmp_path, rec)
+    node._applies_now = rec
+    busy = threading.Event()
+    release = threading.Event()
+
+    def occupy() -> None:  # another call (a read) holds the state machine's thread
+        busy.set()
+        release.wait(GATE_SECONDS)
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(node._sm_db.run, occupy)
+            await trio.to_thread.run_sync(busy.wait, GATE_SECONDS)
+            nursery.start_soon(node._handle_ready, rd)
+            await trio.testing.wait_all_tasks_blocked()
+            release.set()
+    assert ("apply", [a_index]) in rec.log
+    assert not any(kind == "apply_now" for kind, _ in rec.log)
+
+
+async def test_the_apply_window_is_committed_on_the_thread_after_the_answer(
+    tmp_path: Path,
+) -> None:
+    core, rd, _ = committing_leader()
+    rec = ApplyingNow(commit_due=True)
+    node = driver(core, tmp_path, rec)
+    node._applies_now = rec
+    waiter = Waiter()
+    node._waiters[777] = waiter
+    with trio.fail_after(30):
+        await node._handle_ready(rd)
+    assert waiter.done
+    assert rec.log[-1] == ("commit", None)
