@@ -11,7 +11,9 @@ Invariants:
   exception, as in etcd (`MustSync`): a save that only moves the commit index is not fsynced
   itself (the next fsync of the WAL covers it). The commit index is volatile state in Raft: a
   lower one after a power cut is learnt again from the leader (or recommitted by a lone server),
-  and the state machine skips what it applied already. It halves a lone server's fsyncs.
+  and the state machine skips what it applied already. It halves a lone server's fsyncs. (The
+  driver now skips such saves altogether, `node_ready`: the next save with entries or a term or
+  vote change stores the commit index with them.)
 - The stored log is contiguous. Without a snapshot it starts at index 1; with one it starts at or
   before `snapshot.index + 1` (`compact` may keep a tail of entries the snapshot already covers),
   and an entry stored at the snapshot's index has the snapshot's term. `save` refuses writes that
