@@ -69,7 +69,9 @@ class ReadyHandler(NodeState):
         snaps_sent = await self._send(rd.messages) if early else []
         # 1. persist: one transaction for the whole batch.
         applied = sent = False
-        if rd.must_persist() and not self._commit_only(rd):
+        # A Ready that only moves the commit index is not saved (`Ready.commit_only`): saving it
+        # cost a SQLite transaction and a thread hop on every commit of every server.
+        if rd.must_persist() and not rd.commit_only(self.core.prev_hs):
             snap = None if rd.snapshot is None else Snapshot(rd.snapshot.meta)  # metadata only
             if rd.committed and snap is None:
                 # Persist and apply on one worker thread (holding both databases' turns), as two
@@ -225,22 +227,6 @@ class ReadyHandler(NodeState):
                 mine.append(None)
                 sm_entries.append(e)
         return sm_entries, mine
-
-    def _commit_only(self, rd: Ready) -> bool:
-        """Does `rd` only move the commit index (nothing to persist: no entries, no snapshot,
-        term and vote as saved)? Then it is not saved at all. The commit index is volatile in
-        Raft: after a restart the stored, older one is relearnt from the leader (or recommitted
-        by a lone server) and the state machine skips what it applied already. Saving it cost
-        a SQLite transaction (and a thread hop) on every commit of every server."""
-        hs = rd.hard_state
-        prev = self.core.prev_hs
-        return (
-            hs is not None
-            and not rd.entries
-            and rd.snapshot is None
-            and hs.term == prev.term
-            and hs.vote == prev.vote
-        )
 
     async def _apply(self, entries: list[Entry]) -> None:
         sm_entries, mine = self._strip(entries)

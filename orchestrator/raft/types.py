@@ -160,6 +160,19 @@ class Ready:
     def must_persist(self) -> bool:
         return self.hard_state is not None or bool(self.entries) or self.snapshot is not None
 
+    def commit_only(self, saved: HardState) -> bool:
+        """Does this Ready only move the commit index (no entries, no snapshot, term and vote
+        as `saved`)? The drivers do not save it: the commit index is volatile in Raft; after a
+        restart the stored, older one is relearnt from the leader (or recommitted by a lone
+        server) and the state machine skips what it applied already."""
+        hs = self.hard_state
+        return (
+            hs is not None
+            and not self.entries
+            and self.snapshot is None
+            and (hs.term, hs.vote) == (saved.term, saved.vote)
+        )
+
 
 class ProposalDropped(Exception):
     """A proposal the core refused: not the leader, a transfer in progress, or a conf change

@@ -180,15 +180,9 @@ class SimNode:
             if d.entries:
                 del d.entries[max(0, first - d.entries[0].index) :]
             d.entries.extend(rd.entries)
-        hs = rd.hard_state
-        if hs is not None and (
-            # As in production: a hard state that only moves the commit index is not saved by
-            # itself (the commit index is volatile), only with entries or a term or vote.
-            rd.entries
-            or rd.snapshot is not None
-            or (hs.term, hs.vote) != (d.hard_state.term, d.hard_state.vote)
-        ):
-            d.hard_state = hs
+        # As in production, a Ready that only moves the commit index is not saved.
+        if rd.hard_state is not None and not rd.commit_only(d.hard_state):
+            d.hard_state = rd.hard_state
 
     def _apply(self, rd: Ready) -> None:
         sim = self.sim
