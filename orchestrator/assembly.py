@@ -18,6 +18,7 @@ from orchestrator.apiserver.resources import Api
 from orchestrator.controllers.daemonset import daemonset_controller
 from orchestrator.controllers.deployment import deployment_controller
 from orchestrator.controllers.endpoints import endpoints_controller
+from orchestrator.controllers.endpointslice import endpointslice_controller
 from orchestrator.controllers.gc import garbage_collector
 from orchestrator.controllers.namespace import namespace_controller
 from orchestrator.controllers.nodelifecycle import NodeLifecycleOptions, node_lifecycle_controllers
@@ -53,6 +54,7 @@ def default_controllers(ctx: ControllerContext) -> list[Component]:
             ),
         ),
         endpoints_controller(ctx),
+        endpointslice_controller(ctx),
     ]
 
 

@@ -14,6 +14,7 @@ __all__ = [
     "DAEMONSETS",
     "DEPLOYMENTS",
     "ENDPOINTS",
+    "ENDPOINT_SLICES",
     "EVENTS",
     "LEASES",
     "NAMESPACES",
@@ -108,3 +109,6 @@ SERVICES = ResourceInfo(
 )
 ENDPOINTS = ResourceInfo("", "v1", "endpoints", "Endpoints", True, "endpoints", ("ep",), _ALL)
 LEASES = ResourceInfo("coordination.k8s.io", "v1", "leases", "Lease", True, "lease", (), _ALL)
+ENDPOINT_SLICES = ResourceInfo(
+    "discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice", (), _ALL
+)

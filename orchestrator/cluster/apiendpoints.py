@@ -26,9 +26,10 @@ one — it:
 So the object lists the API address of every current member, live or not (a member that is
 down is expected back; clients skip it while it fails): a server appears within one round of
 starting as a member and is dropped within one round of the leader's applying its removal.
-A cluster of one server creates neither object (there is no other server to fail over to, and
-single-server set-ups stay as they were); they appear once a second member joins and are kept
-up to date from then on, also if the cluster shrinks again.
+A cluster of one server publishes too (issue 19): the Service gets a ClusterIP (the first
+address of the service CIDR, allocated by the API server on create) that the node proxy routes
+to these addresses, through the EndpointSlice the mirroring controller makes of this object.
+Nothing is written before this server is a member (an empty object would say "no servers").
 
 The advertised address (`advertised_host`): the `--listen` host when it is a specific
 address, else the peer advertise host when it is specific and not loopback, else the first IP
@@ -286,17 +287,16 @@ class ApiEndpointsPublisher:
             if exc.code != 404:
                 raise
             stored = None
-        members = self.members()
-        if stored is None and len(members) < 2:
-            return False  # a lone server: nobody to fail over to, nothing to publish yet
-        await self._ensure_service()
         servers = desired_servers(
             published_servers(stored),
             self.node_id,
             self.url,
-            members,
+            self.members(),
             leader=self.leading(),
         )
+        if stored is None and not servers:
+            return False  # not a member yet: nothing to publish
+        await self._ensure_service()
         wanted = endpoints_object(servers)
         if _same(stored, wanted):
             return False

@@ -4,7 +4,9 @@ rendering as Endpoints (pure), and publishers of two "servers" against one real 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 import trio
 from api.apiharness import api_server
 
@@ -95,7 +97,15 @@ def test_published_servers_tolerates_junk() -> None:
     }
 
 
-async def test_publishers_of_two_servers_share_one_object(tmp_path: Path) -> None:
+async def test_publishers_of_two_servers_share_one_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def idle(self: ApiEndpointsPublisher, *, task_status: Any) -> None:
+        task_status.started()
+        await trio.sleep_forever()
+
+    # the server's own publisher stays out of the way: the test drives two by hand
+    monkeypatch.setattr(ApiEndpointsPublisher, "run", idle)
     async with api_server(tmp_path) as h:
         await h.wait_ready()
         api = h.server.api
@@ -111,12 +121,17 @@ async def test_publishers_of_two_servers_share_one_object(tmp_path: Path) -> Non
         one, two = publisher(1, "127.0.0.1"), publisher(2, "127.0.0.2")
         path = "/api/v1/namespaces/default/endpoints/kubernetes"
         with trio.fail_after(30):
-            assert not await one.reconcile_once()  # a lone server publishes nothing
+            members.clear()
+            assert not await one.reconcile_once()  # not a member yet: nothing to publish
             assert (await h.client.get(path)).status_code == 404
+            members.add(1)
+            assert await one.reconcile_once()  # a lone server publishes itself (issue 19)
+            assert not await one.reconcile_once()  # unchanged: not written again
+            lone = (await h.client.get(path)).json()
+            assert urls_from_endpoints(lone) == [f"https://127.0.0.1:{api.port}"]
 
             members.add(2)
-            assert await one.reconcile_once()
-            assert not await one.reconcile_once()  # unchanged: not written again
+            assert not await one.reconcile_once()  # 2 has not written its own entry yet
             assert await two.reconcile_once()
             r = await h.client.get(path)
             assert r.status_code == 200, r.text
@@ -133,3 +148,22 @@ async def test_publishers_of_two_servers_share_one_object(tmp_path: Path) -> Non
             assert await one.reconcile_once()
             r = await h.client.get(path)
             assert urls_from_endpoints(r.json()) == [f"https://127.0.0.1:{port}"]
+
+
+async def test_a_single_server_publishes_itself(tmp_path: Path) -> None:
+    """Issue 19: the node proxy routes the `kubernetes` Service to the API on one server too."""
+    async with api_server(tmp_path) as h:
+        api = h.server.api
+        assert api is not None
+        path = "/api/v1/namespaces/default/endpoints/kubernetes"
+        with trio.fail_after(30):
+            while (r := await h.client.get(path)).status_code == 404:  # noqa: ASYNC110  (remote)
+                await trio.sleep(0.02)
+        assert r.status_code == 200, r.text
+        (url,) = urls_from_endpoints(r.json())
+        assert url.startswith("https://")
+        assert url.endswith(f":{api.port}")
+        svc = (await h.client.get("/api/v1/namespaces/default/services/kubernetes")).json()
+        assert svc["spec"]["ports"] == [
+            {"name": "https", "port": 443, "protocol": "TCP", "targetPort": api.port}
+        ]

@@ -378,6 +378,7 @@ def test_api_resources_and_api_versions(kube: Kubectl) -> None:
             "CustomResourceDefinition",
         ),
         ("leases", "", "coordination.k8s.io/v1", "true", "Lease"),
+        ("endpointslices", "", "discovery.k8s.io/v1", "true", "EndpointSlice"),
     ]
     for name, short, gv, namespaced, kind in expected:
         assert rows.get((name, gv)) == {
@@ -726,3 +727,49 @@ def test_kubectl_version_apply_and_explain(k: Kubectl, version: str) -> None:
     out = kv.ok("explain", "deployment.spec.strategy")
     assert "KIND:       Deployment" in out
     assert "rollingUpdate" in out
+
+
+# ---------------------------------------------------------------------------- EndpointSlices
+ENDPOINT_SLICE = textwrap.dedent(
+    """\
+    apiVersion: discovery.k8s.io/v1
+    kind: EndpointSlice
+    metadata:
+      name: web-abc12
+      labels:
+        kubernetes.io/service-name: web
+    addressType: IPv4
+    ports:
+      - name: http
+        port: 8080
+    endpoints:
+      - addresses: ["10.42.0.2"]
+        conditions: {ready: true}
+      - addresses: ["10.42.0.3"]
+      - addresses: ["10.42.1.2"]
+      - addresses: ["10.42.1.3"]
+    """
+)
+
+
+def test_endpointslices_get_and_validation(k: Kubectl) -> None:
+    """`kubectl get endpointslices` finds the kind by discovery and prints kubectl's columns."""
+    manifest = k.write("slice.yaml", ENDPOINT_SLICE)
+    assert k.ok("apply", "-f", manifest) == "endpointslice.discovery.k8s.io/web-abc12 created\n"
+    (row,) = parse_table(k.ok("get", "endpointslices"))
+    assert list(row) == ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
+    assert row["NAME"] == "web-abc12"
+    assert row["ADDRESSTYPE"] == "IPv4"
+    assert row["PORTS"] == "8080"
+    assert row["ENDPOINTS"] == "10.42.0.2,10.42.0.3,10.42.1.2 + 1 more..."
+    got = json.loads(k.ok("get", "endpointslice", "web-abc12", "-o", "json"))
+    assert got["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP"}]  # defaults
+    assert k.ok("get", "endpointslices", "-l", "kubernetes.io/service-name=web", "-o", "name") == (
+        "endpointslice.discovery.k8s.io/web-abc12\n"
+    )
+    bad = k.write("bad.yaml", ENDPOINT_SLICE.replace("10.42.0.2", "fd00::2"))
+    err = k.fails("apply", "-f", bad)
+    assert "endpoints[0].addresses[0]" in err
+    assert "must be a valid IPv4 address" in err
+    changed = k.write("v6.yaml", ENDPOINT_SLICE.replace("addressType: IPv4", "addressType: FQDN"))
+    assert "field is immutable" in k.fails("apply", "-f", changed)

@@ -781,3 +781,34 @@ def test_watch_expired_after_compaction_then_relist(
     core.create_namespaced_config_map(ns, {"metadata": {"name": "after"}})
     events, _ = _config_map_events(core, ns, new_rv, 1)
     assert [(t, n) for t, n, _ in events] == [("ADDED", "after")]
+
+
+def test_discovery_v1_endpointslices(api: client.ApiClient, ns: str) -> None:
+    """The typed `DiscoveryV1Api` reads and writes EndpointSlices (issue 19)."""
+    disc = client.DiscoveryV1Api(api)
+    body = client.V1EndpointSlice(
+        metadata=client.V1ObjectMeta(name="web-x1", labels={"kubernetes.io/service-name": "web"}),
+        address_type="IPv4",
+        endpoints=[
+            client.V1Endpoint(
+                addresses=["10.42.0.2"],
+                conditions=client.V1EndpointConditions(ready=True, serving=True),
+                node_name="n1",
+                target_ref=client.V1ObjectReference(kind="Pod", name="web-0", namespace=ns),
+            )
+        ],
+        ports=[client.DiscoveryV1EndpointPort(name="http", port=8080, protocol="TCP")],
+    )
+    created = disc.create_namespaced_endpoint_slice(ns, body)
+    assert isinstance(created, client.V1EndpointSlice)
+    listed = disc.list_namespaced_endpoint_slice(
+        ns, label_selector="kubernetes.io/service-name=web"
+    )
+    (item,) = listed.items
+    assert item.address_type == "IPv4"
+    assert item.endpoints[0].addresses == ["10.42.0.2"]
+    assert item.endpoints[0].conditions.ready is True
+    assert item.endpoints[0].target_ref.name == "web-0"
+    assert item.ports[0].port == 8080
+    disc.delete_namespaced_endpoint_slice("web-x1", ns)
+    assert disc.list_namespaced_endpoint_slice(ns).items == []

@@ -12,11 +12,12 @@ from orchestrator.kube.schema.apiextensions_v1 import CRD
 from orchestrator.kube.schema.apps_v1 import APPS_V1_KINDS
 from orchestrator.kube.schema.coordination_v1 import LEASE
 from orchestrator.kube.schema.core_v1 import CORE_V1_KINDS
+from orchestrator.kube.schema.discovery_v1 import ENDPOINT_SLICE
 from orchestrator.kube.schema.kind import Kind, Registry
 
 
 def builtin_kinds() -> list[Kind]:
-    return [*CORE_V1_KINDS, *APPS_V1_KINDS, LEASE, CRD]
+    return [*CORE_V1_KINDS, *APPS_V1_KINDS, LEASE, ENDPOINT_SLICE, CRD]
 
 
 def builtin_registry() -> Registry:
