@@ -30,6 +30,7 @@ from orchestrator.controllers.runtime import (
     ControllerOptions,
     Leadership,
 )
+from orchestrator.controllers.servicelb import servicelb_controller
 from orchestrator.controllers.statefulset import statefulset_controller
 from orchestrator.scheduler.scheduler import Scheduler
 
@@ -55,6 +56,7 @@ def default_controllers(ctx: ControllerContext) -> list[Component]:
         ),
         endpoints_controller(ctx),
         endpointslice_controller(ctx),
+        servicelb_controller(ctx),
     ]
 
 
