@@ -111,6 +111,15 @@ def example(kind: str, name: str) -> dict[str, Any]:
             "metadata": meta,
             "spec": {"holderIdentity": "me", "leaseDurationSeconds": 15},
         }
+    if kind == "EndpointSlice":
+        return {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": meta,
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.42.0.2"], "conditions": {"ready": True}}],
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+        }
     raise AssertionError(kind)
 
 
@@ -130,6 +139,7 @@ KINDS: list[tuple[str, str]] = [
     ("DaemonSet", f"/apis/apps/v1/namespaces/{NS}/daemonsets"),
     ("StatefulSet", f"/apis/apps/v1/namespaces/{NS}/statefulsets"),
     ("Lease", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases"),
+    ("EndpointSlice", f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices"),
 ]
 SEEDED = "seed"
 
