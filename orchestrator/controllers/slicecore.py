@@ -46,6 +46,7 @@ label are updated or deleted; no I/O, no clock, no randomness (names come from g
 from __future__ import annotations
 
 import copy
+import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -103,6 +104,7 @@ def address_type_of(service: Obj) -> str:
     return "IPv6" if families and families[0] == "IPv6" else "IPv4"
 
 
+@functools.lru_cache(maxsize=65536)  # pod IPs repeat on every plan; parsing dominated it
 def _family(ip: str) -> str | None:
     try:
         return "IPv4" if ipaddress.ip_address(ip).version == 4 else "IPv6"
