@@ -6,14 +6,17 @@ Theory of operation
 -------------------
 A `Controller` over Service keys. A Service is enqueued on its own changes; a Node change that
 can move its addresses in or out of the set (added, deleted, Ready flipped, addresses or the
-exclusion label changed) enqueues every Service this controller looks after. The reconcile is
+exclusion label changed) enqueues every Service this controller looks after; an EndpointSlice
+change enqueues its Service (for `externalTrafficPolicy: Local`). The reconcile is
 level-based, from the caches, around the pure `desired_ingress(service, nodes)`:
 
 * a Service of type LoadBalancer whose `spec.loadBalancerClass` is unset or `CLASS` gets
   `status.loadBalancer.ingress` = one `{"ip": ...}` per Ready node (not being deleted, not
   labelled `node.kubernetes.io/exclude-from-external-load-balancers`), the node's ExternalIP
-  when it has one, else its InternalIP; unique, sorted as addresses (IPv4 first). No Ready
-  node: an empty ingress (kubectl shows `<pending>`);
+  when it has one, else its InternalIP; unique, sorted as addresses (IPv4 first). With
+  `externalTrafficPolicy: Local` only the nodes that host a ready endpoint of the Service
+  (from its EndpointSlices' `nodeName`s) are listed: the others would drop the traffic. No
+  such node: an empty ingress (kubectl shows `<pending>`);
 * a Service of type LoadBalancer with another class belongs to another implementation: left
   alone (`None`);
 * any other Service that still carries an ingress (it stopped being a LoadBalancer) gets it
@@ -33,14 +36,20 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from orchestrator.client.resource import NODES, SERVICES
+from orchestrator.client.resource import ENDPOINT_SLICES, NODES, SERVICES
 from orchestrator.controllers.runtime.client import Client
 from orchestrator.controllers.runtime.controller import Controller, Result
-from orchestrator.controllers.runtime.informer import InformerFactory, deleted_object, object_key
+from orchestrator.controllers.runtime.informer import (
+    LABEL_INDEX,
+    InformerFactory,
+    deleted_object,
+    object_key,
+)
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.kube.conditions import condition_true
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
+from orchestrator.kube.schema.discovery_v1 import LABEL_SERVICE_NAME
 from orchestrator.metrics import REGISTRY, Registry
 
 __all__ = [
@@ -48,6 +57,7 @@ __all__ = [
     "EXCLUDE_LABEL",
     "ServiceLBController",
     "desired_ingress",
+    "endpoint_nodes",
     "servicelb_controller",
 ]
 
@@ -90,14 +100,31 @@ def _sort_key(ip: str) -> tuple[int, int, str]:
     return (addr.version == 6, int(addr), ip)
 
 
-def desired_ingress(service: Obj, nodes: Iterable[Obj]) -> list[Obj] | None:
-    """The `status.loadBalancer.ingress` `service` should have; None: not this controller's
-    business (module doc)."""
+def endpoint_nodes(slices: Iterable[Obj]) -> set[str]:
+    """The nodes that host a ready endpoint in `slices`."""
+    return {
+        str(ep["nodeName"])
+        for s in slices
+        for ep in s.get("endpoints") or []
+        if isinstance(ep, dict)
+        and ep.get("nodeName")
+        and (ep.get("conditions") or {}).get("ready") is not False
+    }
+
+
+def desired_ingress(
+    service: Obj, nodes: Iterable[Obj], slices: Iterable[Obj] = ()
+) -> list[Obj] | None:
+    """The `status.loadBalancer.ingress` `service` should have, given the nodes and the
+    Service's EndpointSlices; None: not this controller's business (module doc)."""
     spec = service.get("spec") or {}
     if spec.get("type") == "LoadBalancer" and not _is_ours(service):
         return None
     if not _is_ours(service):
         return []
+    if spec.get("externalTrafficPolicy") == "Local":
+        local = endpoint_nodes(slices)
+        nodes = [n for n in nodes if (n.get("metadata") or {}).get("name") in local]
     ips = {ip for n in nodes if _serves(n) and (ip := node_address(n)) is not None}
     return [{"ip": ip} for ip in sorted(ips, key=_sort_key)]
 
@@ -114,6 +141,7 @@ class ServiceLBController:
         self.client = client
         self.services = informers.informer(SERVICES)
         self.nodes = informers.informer(NODES)
+        self.slices = informers.informer(ENDPOINT_SLICES)
 
     def controller(self, *, workers: int = WORKERS, metrics: Registry = REGISTRY) -> Controller:
         c = Controller("servicelb", self, workers, metrics=metrics)
@@ -133,13 +161,34 @@ class ServiceLBController:
             on_update=nodes_changed,
             on_delete=lambda obj: nodes_changed(deleted_object(obj)),
         )
+
+        def slice_changed(*objs: Any) -> None:  # (new), (old, new) or (deleted)
+            for o in objs:
+                meta = deleted_object(o).get("metadata") or {}
+                name = (meta.get("labels") or {}).get(LABEL_SERVICE_NAME)
+                key = f"{meta.get('namespace', '')}/{name}"
+                svc = self.services.get(key) if name else None
+                if svc is not None and _is_ours(svc):
+                    c.enqueue(key)
+
+        self.slices.add_event_handler(
+            on_add=slice_changed, on_update=slice_changed, on_delete=slice_changed
+        )
         return c
+
+    def _slices_of(self, key: str) -> list[Obj]:
+        ns, _, name = key.partition("/")
+        return [
+            s
+            for s in self.slices.by_index(LABEL_INDEX, f"{LABEL_SERVICE_NAME}={name}")
+            if (s.get("metadata") or {}).get("namespace") == ns
+        ]
 
     async def reconcile(self, key: str) -> Result:
         svc = self.services.get(key)
         if svc is None:
             return Result()
-        want = desired_ingress(svc, self.nodes.list())
+        want = desired_ingress(svc, self.nodes.list(), self._slices_of(key))
         if want is None or want == _ingress_of(svc):
             return Result()
         ns, _, name = key.partition("/")

@@ -13,7 +13,7 @@ import pytest
 import trio
 from ctlharness import Env, controller_server, eventually
 
-from orchestrator.client.resource import NODES, SERVICES
+from orchestrator.client.resource import ENDPOINT_SLICES, NODES, SERVICES
 from orchestrator.controllers.runtime.manager import Component, ControllerContext
 from orchestrator.controllers.servicelb import (
     CLASS,
@@ -76,6 +76,23 @@ def test_desired_ingress() -> None:
     assert desired_ingress(lb_service(), [deleting]) == []
 
 
+def test_local_traffic_policy_lists_only_nodes_with_ready_endpoints() -> None:
+    nodes = [node("a", "192.0.2.1"), node("b", "192.0.2.2"), node("c", "192.0.2.3")]
+    slices = [
+        {"endpoints": [{"addresses": ["10.42.0.2"], "nodeName": "b"}]},
+        {
+            "endpoints": [
+                {"addresses": ["10.42.2.2"], "nodeName": "c", "conditions": {"ready": False}},
+                {"addresses": ["10.42.9.2"], "nodeName": "gone"},
+            ]
+        },
+    ]
+    local = lb_service(externalTrafficPolicy="Local")
+    assert desired_ingress(local, nodes, slices) == [{"ip": "192.0.2.2"}]
+    assert desired_ingress(local, nodes, []) == []
+    assert len(desired_ingress(lb_service(), nodes, slices) or []) == 3
+
+
 # ------------------------------------------------------------------------------ on a server
 def servicelb_only(ctx: ControllerContext) -> Sequence[Component]:
     return [servicelb_controller(ctx)]
@@ -119,6 +136,24 @@ async def test_ingress_follows_nodes(env: Env) -> None:
         await put_node(env, node("n1", "192.0.2.11"))
         await env.client.delete(NODES, "n2")
         await eventually(partial(ingress_is, env, "web", ["192.0.2.11"]))
+
+        # externalTrafficPolicy Local: only the nodes with a ready endpoint
+        await env.client.patch(SERVICES, "web", {"spec": {"externalTrafficPolicy": "Local"}}, NS)
+        await eventually(partial(ingress_is, env, "web", []))
+        await put_node(env, node("n3", "192.0.2.13"))
+        await env.client.create(
+            ENDPOINT_SLICES,
+            {
+                "metadata": {
+                    "name": "web-abcde",
+                    "namespace": NS,
+                    "labels": {"kubernetes.io/service-name": "web"},
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["10.42.3.2"], "nodeName": "n3"}],
+            },
+        )
+        await eventually(partial(ingress_is, env, "web", ["192.0.2.13"]))
 
         # no longer a LoadBalancer: the ingress is cleared
         await env.client.patch(SERVICES, "web", {"spec": {"type": "ClusterIP"}}, NS)
