@@ -15,11 +15,13 @@ or each other), and `orchestrator.server` imports this module to assemble the pr
 from __future__ import annotations
 
 from orchestrator.apiserver.resources import Api
+from orchestrator.apiserver.services import AllocationRepair
 from orchestrator.controllers.daemonset import daemonset_controller
 from orchestrator.controllers.deployment import deployment_controller
 from orchestrator.controllers.endpoints import endpoints_controller
 from orchestrator.controllers.gc import garbage_collector
 from orchestrator.controllers.namespace import namespace_controller
+from orchestrator.controllers.nodeipam import node_ipam_controller
 from orchestrator.controllers.nodelifecycle import NodeLifecycleOptions, node_lifecycle_controllers
 from orchestrator.controllers.replicaset import replicaset_controller
 from orchestrator.controllers.runtime import (
@@ -53,6 +55,7 @@ def default_controllers(ctx: ControllerContext) -> list[Component]:
             ),
         ),
         endpoints_controller(ctx),
+        node_ipam_controller(ctx),
     ]
 
 
@@ -61,5 +64,10 @@ def controller_manager(
 ) -> ControllerManager:
     """The server's controller manager: `default_controllers` against `api`, run while
     `leadership` (the server's Raft node) says this server leads, their writes fenced to the
-    term."""
-    return ControllerManager(api, default_controllers, leadership=leadership, options=options)
+    term. With them, the repair pass of the Services' address and port allocations
+    (`apiserver.services`), which reads and writes the store directly."""
+
+    def components(ctx: ControllerContext) -> list[Component]:
+        return [*default_controllers(ctx), AllocationRepair(api.objects)]
+
+    return ControllerManager(api, components, leadership=leadership, options=options)
