@@ -14,7 +14,7 @@ new leader, a restart), so it never hands out a block a Node already has. Reconc
   held by another Node gets a Warning event `CIDRNotAvailable` and is left alone;
 * it has none: take the lowest free block and patch `spec.podCIDR` and `spec.podCIDRs`; a
   failed patch releases the block (and the key is retried), a full range is an event and a
-  retry after `FULL_RETRY` (or as soon as a Node's deletion frees a block).
+  rate-limited retry (and the Nodes waiting are enqueued as soon as a deletion frees a block).
 
 Invariants: a Node's podCIDR is never changed once set (the Node kind refuses it too, so a
 late write of a deposed leader cannot change one); no two Nodes are given the same block by
@@ -42,8 +42,6 @@ __all__ = ["NodeIpamController", "node_ipam_controller"]
 
 log = logging.getLogger(__name__)
 
-FULL_RETRY = 30.0  # seconds before a Node that found the range full asks again
-
 
 def _pod_cidr(node: Obj) -> str:
     spec = node.get("spec")
@@ -66,6 +64,7 @@ class NodeIpamController:
         self.nodes = informers.informer(NODES)
         self.cidrs = PodCIDRAllocator(settings.cluster_cidr, settings.node_cidr_mask_size)
         self._held: dict[str, str] = {}  # node name -> the block it holds (as recorded here)
+        self._refused: dict[str, str] = {}  # node name -> its podCIDR we could not record
         self._restored = False
         self._controller: Controller | None = None
 
@@ -95,8 +94,8 @@ class NodeIpamController:
         return None
 
     def _wake_waiting(self) -> None:
-        """A block was freed: the Nodes still without one ask again now (not after
-        `FULL_RETRY`)."""
+        """A block was freed: the Nodes still without one ask again now (not after their
+        backoff)."""
         if self._controller is None:
             return
         for node in self.nodes.list():
@@ -108,6 +107,7 @@ class NodeIpamController:
             self._restore()
         node = self.nodes.get(key)
         if node is None:
+            self._refused.pop(key, None)
             block = self._held.pop(key, None)
             if block is not None:
                 self.cidrs.release(block)
@@ -116,7 +116,10 @@ class NodeIpamController:
             return Result()
         if _pod_cidr(node):
             why = self._record(node)
-            if why is not None:
+            # Told once per Node and block: a Node is updated often (its status), and a
+            # repeated event is a write each time.
+            if why is not None and self._refused.get(key) != _pod_cidr(node):
+                self._refused[key] = _pod_cidr(node)
                 self.events.record(
                     node,
                     "Warning",
@@ -131,7 +134,9 @@ class NodeIpamController:
                 block = str(self.cidrs.allocate())
             except RangeFull as exc:
                 self.events.record(node, "Warning", "CIDRNotAvailable", f"{exc}; retrying")
-                return Result(requeue_after=FULL_RETRY)
+                # Backing off (a big site of simulated nodes may outgrow a /16 by far); a
+                # deletion that frees a block wakes the waiting Nodes at once.
+                return Result(requeue=True)
             self._held[key] = block
         patch = {"spec": {"podCIDR": block, "podCIDRs": [block]}}
         try:

@@ -6,15 +6,22 @@ share a value, and the repair pass restores the keys."""
 from __future__ import annotations
 
 import ipaddress
+import random
 from typing import Any
 
 import httpx
 import trio
 from apiharness import Harness, api_server
 
-from orchestrator.apiserver.allockeys import IP_PREFIX, PORT_PREFIX, ip_key, port_key
+from orchestrator.apiserver.allockeys import IP_PREFIX, PORT_PREFIX, held_keys, ip_key, port_key
+from orchestrator.apiserver.handler import Call
+from orchestrator.apiserver.resources import Api
 from orchestrator.apiserver.services import repair_allocations
+from orchestrator.apiserver.storage import ObjectStore
 from orchestrator.cluster.apiendpoints import service_object
+from orchestrator.kube.schema.builtin import builtin_registry
+from orchestrator.network.settings import NetworkSettings
+from orchestrator.testing.apiserver import ADMIN
 
 SVC = "/api/v1/namespaces/default/services"
 
@@ -221,3 +228,59 @@ async def test_repair_releases_orphans_and_restores_missing_keys() -> None:
         assert ip_key(spec["clusterIP"]) in held
         assert port_key(spec["ports"][0]["nodePort"]) in held
         assert await repair_allocations(h.api.objects) == (0, 0)
+
+
+async def test_two_api_servers_on_one_store_never_share_a_value() -> None:
+    """Two API servers' views of one store, picking alike (same seed): every lost race is
+    retried with another value, none is held twice, and the keys are exactly the Services'."""
+    async with api_server(controllers=False) as h:
+        await h.wait_ready()
+        other = Api(ObjectStore(h.server.store), builtin_registry())
+        h.api.services.assigner.rng = random.Random(5)
+        other.services.assigner.rng = random.Random(5)
+        kind = h.api.kind("", "v1", "services")
+
+        async def one(api: Api, i: int) -> None:
+            await api.create(Call(ADMIN), kind, "default", service(f"s{i}", type="NodePort"))
+
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for i in range(24):
+                    nursery.start_soon(one, (h.api, other)[i % 2], i)
+        listed = (await h.client.get(SVC)).json()["items"]
+        ips = [s["spec"]["clusterIP"] for s in listed]
+        ports = [p["nodePort"] for s in listed for p in s["spec"]["ports"]]
+        assert len(listed) == 24
+        assert len(set(ips)) == 24
+        assert len(set(ports)) == 24
+        assert await keys(h) == {k for s in listed for k in held_keys(s)}
+        # a delete through one server frees the value for the other
+        r = await h.client.delete(f"{SVC}/s0")
+        assert r.status_code == 200
+        assert await keys(h) == {k for s in listed[1:] for k in held_keys(s)}
+
+
+async def test_the_server_address_plan_reaches_allocation_and_controllers() -> None:
+    plan = NetworkSettings.create(
+        cluster_cidr="10.52.0.0/16", service_cidr="10.53.0.0/24", cluster_dns="10.53.0.53"
+    )
+    async with api_server(network=plan) as h:
+        await h.wait_ready()
+        assert h.server.network is plan
+        assert h.api.network is plan
+        assert h.server.controllers is not None
+        assert h.server.controllers.options.network is plan
+        r = await create(h, service("web"))
+        assert ipaddress.ip_address(r.json()["spec"]["clusterIP"]) in plan.service_cidr
+        r = await create(h, service("dns", clusterIP="10.53.0.53"))
+        assert r.status_code == 201, r.text
+        # the node IPAM controller runs with the server's cluster CIDR
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1"}}
+        assert (await h.client.post("/api/v1/nodes", json=node)).status_code == 201
+        with trio.fail_after(30):
+            while True:
+                cidr = (await h.client.get("/api/v1/nodes/edge-1")).json()["spec"].get("podCIDR")
+                if cidr:
+                    break
+                await trio.sleep(0.02)
+        assert ipaddress.ip_network(cidr).subnet_of(plan.cluster_cidr)

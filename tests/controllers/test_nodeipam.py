@@ -120,5 +120,5 @@ async def test_full_range_is_an_event_and_a_release_serves_the_waiting_node() ->
             await eventually(full_event)
             freed = await cidr_of(env, "n2")
             await env.client.delete(NODES, "n2")
-            with trio.fail_after(10):  # woken by the release, not after FULL_RETRY (30 s)
+            with trio.fail_after(10):  # woken by the release, not by its backoff
                 assert await wait_cidr(env, "waiting") == freed
