@@ -225,7 +225,7 @@ class Assigner:
                 ],
             )
         if ip == "None":
-            if needs_node_ports(spec) or _type(spec) == "NodePort":
+            if _type(spec) in ("NodePort", "LoadBalancer"):
                 raise _invalid(
                     name,
                     [

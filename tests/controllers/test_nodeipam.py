@@ -14,8 +14,11 @@ from ctlharness import Env, controller_server, eventually
 
 from orchestrator.client.resource import EVENTS, NODES
 from orchestrator.controllers.nodeipam import NodeIpamController, node_ipam_controller
+from orchestrator.controllers.runtime.events import EventRecorder
+from orchestrator.controllers.runtime.informer import InformerFactory
 from orchestrator.controllers.runtime.manager import Component, ControllerContext
 from orchestrator.kube.errors import ApiError
+from orchestrator.metrics import Registry
 from orchestrator.network.settings import NetworkSettings
 
 Obj = dict[str, Any]
@@ -122,3 +125,48 @@ async def test_full_range_is_an_event_and_a_release_serves_the_waiting_node() ->
             await env.client.delete(NODES, "n2")
             with trio.fail_after(10):  # woken by the release, not by its backoff
                 assert await wait_cidr(env, "waiting") == freed
+
+
+class Idle:
+    """A component that does nothing (the harness waits for the manager to run one)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await trio.sleep_forever()
+
+
+async def test_a_restarted_controller_restores_the_blocks_from_the_nodes() -> None:
+    """A new leader's controller (fresh memory) hands out only blocks no Node holds."""
+    async with controller_server(lambda ctx: [Idle()]) as env:
+
+        async def run_one(*, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+            with trio.CancelScope() as scope:
+                informers = InformerFactory(env.client, metrics=Registry())
+                events = EventRecorder(env.client, "nodeipam-test", metrics=Registry())
+                settings = NetworkSettings.create()
+                ctl = NodeIpamController(env.client, informers, events, settings)
+                controller = ctl.controller(metrics=Registry())
+                async with trio.open_nursery() as nursery:
+                    informers.start(nursery)
+                    await nursery.start(events.run)
+                    await nursery.start(controller.run)
+                    task_status.started(scope)
+
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                first = await nursery.start(run_one)
+                for n in ("a", "b", "c"):
+                    await env.client.create(NODES, node(n))
+                held = [await wait_cidr(env, n) for n in ("a", "b", "c")]
+                assert held == ["10.42.0.0/24", "10.42.1.0/24", "10.42.2.0/24"]
+                first.cancel()
+                # Created while no controller runs, and listed (so queued) before the Nodes
+                # that hold blocks: only a controller that restored them first skips those.
+                await env.client.create(NODES, node("0d"))
+                await nursery.start(run_one)  # a new term: nothing in memory
+                assert await wait_cidr(env, "0d") == "10.42.3.0/24"
+                await env.client.delete(NODES, "b")
+                await env.client.create(NODES, node("e"))
+                assert await wait_cidr(env, "e") == "10.42.1.0/24"  # b's, released and reused
+                assert [await cidr_of(env, n) for n in ("a", "c")] == [held[0], held[2]]
+                nursery.cancel_scope.cancel()
