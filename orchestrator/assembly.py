@@ -56,6 +56,10 @@ def default_controllers(ctx: ControllerContext) -> list[Component]:
         ),
         endpoints_controller(ctx),
         node_ipam_controller(ctx),
+        # The repair pass of the Services' ClusterIP and NodePort keys: it reads and writes the
+        # store under the API (`apiserver.services`), its writes fenced to the term like the
+        # controllers'.
+        AllocationRepair(ctx.client.api.objects, fence_term=ctx.client.fence_term),
     ]
 
 
@@ -64,10 +68,5 @@ def controller_manager(
 ) -> ControllerManager:
     """The server's controller manager: `default_controllers` against `api`, run while
     `leadership` (the server's Raft node) says this server leads, their writes fenced to the
-    term. With them, the repair pass of the Services' address and port allocations
-    (`apiserver.services`), which reads and writes the store directly."""
-
-    def components(ctx: ControllerContext) -> list[Component]:
-        return [*default_controllers(ctx), AllocationRepair(api.objects)]
-
-    return ControllerManager(api, components, leadership=leadership, options=options)
+    term."""
+    return ControllerManager(api, default_controllers, leadership=leadership, options=options)

@@ -43,6 +43,7 @@ from orchestrator.network.settings import NetworkSettings
 from orchestrator.network.svcalloc import NodePortAllocator
 from orchestrator.store import types as st
 from orchestrator.store.api import Store
+from orchestrator.store.fencing import fenced
 from orchestrator.store.types import KeyValue
 
 __all__ = ["AllocationRepair", "ServiceAddresses", "repair_allocations"]
@@ -193,15 +194,23 @@ async def repair_allocations(objects: ObjectStore) -> tuple[int, int]:
 class AllocationRepair:
     """The repair pass, every `interval` seconds while this server leads (module doc)."""
 
-    def __init__(self, objects: ObjectStore, *, interval: float = REPAIR_INTERVAL) -> None:
+    def __init__(
+        self,
+        objects: ObjectStore,
+        *,
+        interval: float = REPAIR_INTERVAL,
+        fence_term: int | None = None,
+    ) -> None:
         self.objects = objects
         self.interval = interval
+        self.fence_term = fence_term  # its writes count only while this term's leader leads
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
             try:
-                await repair_allocations(self.objects)
+                with fenced(self.fence_term):
+                    await repair_allocations(self.objects)
             except st.StoreError as exc:
                 log.warning("service allocation repair failed (retried): %s", exc)
             await trio.sleep(self.interval)

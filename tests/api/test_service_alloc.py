@@ -16,7 +16,7 @@ from apiharness import Harness, api_server
 from orchestrator.apiserver.allockeys import IP_PREFIX, PORT_PREFIX, held_keys, ip_key, port_key
 from orchestrator.apiserver.handler import Call
 from orchestrator.apiserver.resources import Api
-from orchestrator.apiserver.services import repair_allocations
+from orchestrator.apiserver.services import AllocationRepair, repair_allocations
 from orchestrator.apiserver.storage import ObjectStore
 from orchestrator.cluster.apiendpoints import service_object
 from orchestrator.kube.schema.builtin import builtin_registry
@@ -284,3 +284,25 @@ async def test_the_server_address_plan_reaches_allocation_and_controllers() -> N
                     break
                 await trio.sleep(0.02)
         assert ipaddress.ip_network(cidr).subnet_of(plan.cluster_cidr)
+
+
+async def test_the_repair_component_runs_its_pass_periodically_and_fenced() -> None:
+    async with api_server(controllers=False) as h:
+        await h.wait_ready()
+        store = h.server.store
+        leads, term = h.server.node.leadership()
+        assert leads
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                repair = AllocationRepair(h.api.objects, interval=0.05, fence_term=term)
+                await nursery.start(repair.run)
+                await store.create(ip_key("10.43.8.8"), b"orphan")
+                while ip_key("10.43.8.8") in await keys(h):  # noqa: ASYNC110  (store state)
+                    await trio.sleep(0.02)
+                nursery.cancel_scope.cancel()
+            # fenced to a term this server does not lead: its writes are refused, logged
+            await store.create(ip_key("10.43.8.9"), b"orphan")
+            stale = AllocationRepair(h.api.objects, interval=0.05, fence_term=term - 1)
+            with trio.move_on_after(0.5):
+                await stale.run()
+            assert ip_key("10.43.8.9") in await keys(h)
