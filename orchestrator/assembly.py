@@ -15,12 +15,14 @@ or each other), and `orchestrator.server` imports this module to assemble the pr
 from __future__ import annotations
 
 from orchestrator.apiserver.resources import Api
+from orchestrator.apiserver.services import AllocationRepair
 from orchestrator.controllers.daemonset import daemonset_controller
 from orchestrator.controllers.deployment import deployment_controller
 from orchestrator.controllers.endpoints import endpoints_controller
 from orchestrator.controllers.endpointslice import endpointslice_controller
 from orchestrator.controllers.gc import garbage_collector
 from orchestrator.controllers.namespace import namespace_controller
+from orchestrator.controllers.nodeipam import node_ipam_controller
 from orchestrator.controllers.nodelifecycle import NodeLifecycleOptions, node_lifecycle_controllers
 from orchestrator.controllers.replicaset import replicaset_controller
 from orchestrator.controllers.runtime import (
@@ -57,6 +59,11 @@ def default_controllers(ctx: ControllerContext) -> list[Component]:
         endpoints_controller(ctx),
         endpointslice_controller(ctx),
         servicelb_controller(ctx),
+        node_ipam_controller(ctx),
+        # The repair pass of the Services' ClusterIP and NodePort keys: it reads and writes the
+        # store under the API (`apiserver.services`), its writes fenced to the term like the
+        # controllers'.
+        AllocationRepair(ctx.client.api.objects, fence_term=ctx.client.fence_term),
     ]
 
 

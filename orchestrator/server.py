@@ -35,7 +35,7 @@ import logging
 import secrets
 import signal
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -50,6 +50,7 @@ from orchestrator.cluster.members import MemberDirectory, client_address
 from orchestrator.controllers.runtime import ControllerManager, ControllerOptions
 from orchestrator.listenerrors import naming_listener
 from orchestrator.memory import trim_heap, trim_task
+from orchestrator.network.settings import NetworkSettings
 from orchestrator.raft.node import NodeConfig, RaftError, RaftNode
 from orchestrator.raft.progress import ProgressState
 from orchestrator.raft.status import Status
@@ -90,6 +91,9 @@ class ServerOptions:
     agent: AgentConfig | None = None  # the embedded node agent (needs the API); None: none
     drain_timeout: float = DRAIN_TIMEOUT  # seconds a stopping server lets requests finish
     cert_renewal: RenewalConfig = field(default_factory=RenewalConfig)  # peer and admin certs
+    # The cluster's address plan (--cluster-cidr, --service-cidr, --cluster-dns,
+    # --cluster-domain): the API server's Service allocators and the controllers use it.
+    network: NetworkSettings = field(default_factory=NetworkSettings.create)
 
 
 def node_identity(data_dir: Path, requested: int | None, *, joining: bool) -> int:
@@ -130,6 +134,9 @@ def open_store(data_dir: Path, *, quota_bytes: int) -> MVCCStore:
 class Server:
     def __init__(self, opts: ServerOptions) -> None:
         self.opts = opts
+        # The address plan, for the API server, the controllers and (the lead wires it) the
+        # embedded agent: its cluster DNS address, domain and cluster CIDR.
+        self.network = opts.network
         # The peer certificate's contexts, built by `run` before the store starts (module doc).
         self._peer_server: ReloadableContext | None = None
         self._peer_client: ReloadableContext | None = None
@@ -153,6 +160,7 @@ class Server:
                 opts.api,
                 ready=lambda: self.node.leader_id != NONE,
                 drain_timeout=opts.drain_timeout,
+                network=opts.network,
             )
             if opts.api
             else None
@@ -161,7 +169,8 @@ class Server:
         self._api_users = trio.CancelScope()
         self._api_users_stopped = trio.Event()
         if self.api is not None and opts.controllers:
-            self.controllers = controller_manager(self.api.api, self.node, opts.controller_options)
+            controller_options = replace(opts.controller_options, network=opts.network)
+            self.controllers = controller_manager(self.api.api, self.node, controller_options)
 
     def _server_context(self) -> ssl.SSLContext:
         assert self._peer_server is not None, "Server.run prepares the PKI before serving"

@@ -69,8 +69,15 @@ async def create_object(h: Handler, call: Call, kind: Kind, ns: str, body: Any) 
         copy=False,
         share=call.read_only,
     )
-    if call.opts.dry_run:
+    if h.allocates(kind):  # a Service: its ClusterIP and node ports, claimed with it
+        stored = await h.services.create(
+            h.objects, kind, obj, share=call.read_only, dry_run=call.opts.dry_run
+        )
+        if call.opts.dry_run:
+            return stored
+    elif call.opts.dry_run:
         return obj
-    stored = await h.objects.create(kind, obj, share=call.read_only)
+    else:
+        stored = await h.objects.create(kind, obj, share=call.read_only)
     h.after_write(kind, stored)
     return h.present(kind, stored)

@@ -68,14 +68,16 @@ async def delete_object(
         try:
             if updated is None:
                 if not call.opts.dry_run:
-                    await h.objects.delete(kind, ns, name, revision_of(live))
+                    await h.objects.delete(kind, ns, name, revision_of(live), old=live)
+                    if h.allocates(kind):
+                        h.services.written(live, None)
                     h.after_write(kind, live, deleted=True)
                     if (kind.group, kind.plural) == CRD:
                         await _delete_custom_objects(h, live)
                 return h.present(kind, live), 200
             if same_object(updated, live) or call.opts.dry_run:
                 return h.present(kind, updated), 202 if updated is not live else 200
-            stored = await h.objects.update(kind, updated, revision_of(live))
+            stored = await h.objects.update(kind, updated, revision_of(live), old=live)
         except ApiError as exc:
             if exc.code == 409 and exc.reason == "Conflict":
                 continue

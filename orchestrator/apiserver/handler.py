@@ -22,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.apiserver.allockeys import SERVICES
 from orchestrator.apiserver.flowcontrol import FlowControl
 from orchestrator.apiserver.options import WriteOptions
+from orchestrator.apiserver.services import ServiceAddresses
 from orchestrator.apiserver.storage import ObjectStore
 from orchestrator.kube import errors
 from orchestrator.kube.errors import ApiError, Cause
@@ -32,6 +34,7 @@ from orchestrator.kube.schema.columns import now_rfc3339
 from orchestrator.kube.schema.kind import Kind, Registry
 from orchestrator.kube.schema.names import NameRule, validate_metadata
 from orchestrator.kube.schema.validation import strict_error, validate
+from orchestrator.network.settings import NetworkSettings
 from orchestrator.security.authn import User
 from orchestrator.security.authz import admit_node, authorize_resource, may_write_status
 
@@ -91,6 +94,7 @@ class Handler:
         rng: random.Random | None = None,
         on_crd_change: Callable[[Obj, bool], None] | None = None,
         flowcontrol: FlowControl | None = None,
+        network: NetworkSettings | None = None,
     ) -> None:
         self.objects = objects
         # The overload gate the HTTP app and the in-process clients take a seat from per
@@ -100,6 +104,14 @@ class Handler:
         self.clock = clock
         self.rng = rng or random.Random()
         self._on_crd_change = on_crd_change
+        # Services' ClusterIPs and NodePorts (`services`), from the cluster's address plan.
+        self.network = network if network is not None else NetworkSettings.create()
+        self.services = ServiceAddresses(self.network, self.rng)
+
+    @staticmethod
+    def allocates(kind: Kind) -> bool:
+        """Whether objects of `kind` hold allocated values (Services: `services`)."""
+        return (kind.group, kind.plural) == SERVICES
 
     def kind(self, group: str, version: str, plural: str) -> Kind:
         """The kind a URL names (404 when it names none)."""

@@ -131,8 +131,15 @@ async def _apply(
     obj = h.admit(call, "create", kind, obj, None, "")
     if (kind.group, kind.plural) == CRD:
         obj["status"] = crds.crd_status(obj, h.now())
-    if call.opts.dry_run:
+    if h.allocates(kind):  # a Service: its ClusterIP and node ports, claimed with it
+        stored = await h.services.create(
+            h.objects, kind, obj, share=False, dry_run=call.opts.dry_run
+        )
+        if call.opts.dry_run:
+            return stored, True
+    elif call.opts.dry_run:
         return obj, True
-    stored = await h.objects.create(kind, obj)
+    else:
+        stored = await h.objects.create(kind, obj)
     h.after_write(kind, stored)
     return h.present(kind, stored), True

@@ -51,6 +51,7 @@ from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.builtin import builtin_registry
 from orchestrator.kube.schema.crd import kinds_from_crd
 from orchestrator.kube.schema.kind import Kind, Registry
+from orchestrator.network.settings import NetworkSettings
 from orchestrator.security.authn import Authenticator
 from orchestrator.security.clustertokens import ClusterTokens
 from orchestrator.security.jointoken import ca_sha256, format_token
@@ -132,6 +133,7 @@ class ApiServer:
         *,
         ready: Any = None,
         drain_timeout: float = DRAIN_TIMEOUT,
+        network: NetworkSettings | None = None,
     ) -> None:
         self.opts = opts
         self.drain_timeout = drain_timeout
@@ -145,6 +147,7 @@ class ApiServer:
             self.registry,
             on_crd_change=self.custom.changed,
             flowcontrol=FlowControl(opts.flowcontrol),
+            network=network,
         )
         self.port = 0
         self.pki: Pki | None = None

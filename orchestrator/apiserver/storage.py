@@ -9,6 +9,12 @@ set when it is read, so it can never disagree with the store.
 Invariants: every write is a compare-and-swap against the revision the caller read (or a create
 that fails when the key exists), so concurrent writers never silently overwrite each other; store
 failures surface as Status errors (409, 410, 413, 429/503, 504), never as a 500.
+
+Services also hold allocation keys (`allockeys`: one per ClusterIP and NodePort). A Service's
+write creates the keys it newly holds (only if absent) and deletes the ones it no longer holds
+in the same transaction as the Service itself, so the keys always match the stored Services and
+two Services never hold one value, across concurrent writers and API servers. A key that is
+taken fails the whole write with `ClaimTaken` (a 422 unless the caller picks another value).
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from collections import OrderedDict
 
 import msgpack
 
+from orchestrator.apiserver.allockeys import SERVICES, held_keys, owner_value, value_of_key
 from orchestrator.kube import errors
+from orchestrator.kube.errors import Cause
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.kind import Kind
 from orchestrator.store import types as st
@@ -139,6 +147,32 @@ def store_error(exc: st.StoreError, kind: Kind, name: str) -> errors.ApiError:
     return errors.bad_request(f"store: {exc}")
 
 
+class ClaimTaken(errors.ApiError):
+    """A Service write needed allocation keys another Service holds (`keys`): nothing was
+    written. A 422 as it stands (Kubernetes' "provided IP/port is already allocated"); the
+    verbs catch it to pick another value when they chose the taken one themselves."""
+
+    def __init__(self, kind: Kind, name: str, keys: frozenset[str]) -> None:
+        self.keys = keys
+        causes = [
+            Cause(
+                "spec.ports[].nodePort" if "portallocations" in k else "spec.clusterIPs",
+                f"Invalid value: {value_of_key(k)}: provided "
+                f"{'port' if 'portallocations' in k else 'IP'} is already allocated",
+                "FieldValueInvalid",
+            )
+            for k in sorted(keys)
+        ]
+        err = errors.invalid(kind.kind, kind.group, name, causes)
+        super().__init__(err.code, err.reason, err.message, err.details)
+
+
+def _claims(kind: Kind, obj: Obj | None) -> frozenset[str]:
+    if obj is None or (kind.group, kind.plural) != SERVICES:
+        return frozenset()
+    return held_keys(obj)
+
+
 class ObjectStore:
     """Typed access to the store for one API server; all methods raise `ApiError` on failure."""
 
@@ -207,37 +241,107 @@ class ObjectStore:
         """Store a new object; returns it with its resourceVersion (sharing `obj`'s parts).
 
         `share`: nobody modifies `obj` or the returned object from now on (the caller sees to
-        it), so the read-only watches may be handed them instead of decoding the write."""
+        it), so the read-only watches may be handed them instead of decoding the write. A
+        Service creates its allocation keys with it (`ClaimTaken` if one exists)."""
         meta = obj["metadata"]
         key, value = key_of(kind, meta.get("namespace", ""), meta["name"]), encode(obj)
         if share:
             self.decoded.expect(key, value, obj)
+        claims = _claims(kind, obj)
         try:
-            kv = await self.store.create(key, value)
+            if claims:
+                revision = await self._txn(kind, obj, key, value, None, claims, frozenset())
+            else:
+                revision = (await self.store.create(key, value)).mod_revision
         except st.StoreError as exc:
             raise store_error(exc, kind, meta["name"]) from exc
-        return {**obj, "metadata": {**meta, "resourceVersion": str(kv.mod_revision)}}
+        return {**obj, "metadata": {**meta, "resourceVersion": str(revision)}}
 
-    async def update(self, kind: Kind, obj: Obj, expected_rv: int, *, share: bool = False) -> Obj:
-        """Compare-and-swap `obj` over revision `expected_rv`; `share` as in `create`."""
+    async def update(
+        self,
+        kind: Kind,
+        obj: Obj,
+        expected_rv: int,
+        *,
+        share: bool = False,
+        old: Obj | None = None,
+    ) -> Obj:
+        """Compare-and-swap `obj` over revision `expected_rv`; `share` as in `create`. For a
+        Service, `old` is the object at `expected_rv`: the allocation keys `obj` holds and
+        `old` does not are created (`ClaimTaken` if one exists), the others deleted."""
         meta = obj["metadata"]
         key, value = key_of(kind, meta.get("namespace", ""), meta["name"]), encode(obj)
         if share:
             self.decoded.expect(key, value, obj)
+        new_keys, old_keys = _claims(kind, obj), _claims(kind, old)
+        if (kind.group, kind.plural) == SERVICES and old is None:
+            raise AssertionError("a Service update must name the object it replaces")
         try:
-            kv = await self.store.update(key, value, expected_mod_revision=expected_rv)
+            if new_keys != old_keys:
+                revision = await self._txn(
+                    kind, obj, key, value, expected_rv, new_keys - old_keys, old_keys - new_keys
+                )
+            else:
+                kv = await self.store.update(key, value, expected_mod_revision=expected_rv)
+                revision = kv.mod_revision
         except st.StoreError as exc:
             raise store_error(exc, kind, meta["name"]) from exc
-        return {**obj, "metadata": {**meta, "resourceVersion": str(kv.mod_revision)}}
+        return {**obj, "metadata": {**meta, "resourceVersion": str(revision)}}
 
-    async def delete(self, kind: Kind, namespace: str, name: str, expected_rv: int) -> None:
-        """Delete the object if it is still at `expected_rv` (Conflict otherwise)."""
+    async def delete(
+        self, kind: Kind, namespace: str, name: str, expected_rv: int, *, old: Obj | None = None
+    ) -> None:
+        """Delete the object if it is still at `expected_rv` (Conflict otherwise); a Service's
+        allocation keys (those of `old`, the object at `expected_rv`) go with it."""
+        key = key_of(kind, namespace, name)
+        if (kind.group, kind.plural) == SERVICES and old is None:
+            raise AssertionError("a Service delete must name the object it deletes")
+        releases = _claims(kind, old)
         try:
-            await self.store.delete(
-                key_of(kind, namespace, name), expected_mod_revision=expected_rv
-            )
+            if releases:
+                await self._txn(kind, None, key, None, expected_rv, frozenset(), releases)
+            else:
+                await self.store.delete(key, expected_mod_revision=expected_rv)
         except st.StoreError as exc:
             raise store_error(exc, kind, name) from exc
+
+    async def _txn(
+        self,
+        kind: Kind,
+        obj: Obj | None,
+        key: str,
+        value: bytes | None,
+        expected_rv: int | None,
+        claims: frozenset[str],
+        releases: frozenset[str],
+    ) -> int:
+        """Write (`value`) or delete (None) `key` at `expected_rv` (None: only if absent),
+        creating the `claims` keys (only if absent, holding `owner_value(obj)`) and deleting
+        the `releases` keys, all or nothing; returns the revision of the write."""
+        claimed = sorted(claims)
+        compares = [
+            st.Compare(key, st.CompareTarget.MOD, "=", expected_rv or 0),
+            *(st.Compare(k, st.CompareTarget.CREATE, "=", 0) for k in claimed),
+        ]
+        ops = [st.TxnOp(key, value)]
+        if claimed:
+            owner = owner_value(obj or {})
+            ops += [st.TxnOp(k, owner) for k in claimed]
+        ops += [st.TxnOp(k) for k in sorted(releases)]
+        failure = [st.TxnOp(key, get=True), *(st.TxnOp(k, get=True) for k in claimed)]
+        res = await self.store.txn(compares, ops, failure)
+        if res.error is not None:
+            raise res.error
+        if res.succeeded:
+            return res.revision
+        current, *held = res.responses
+        name = key.rsplit("/", 1)[-1]
+        if expected_rv is None and current is not None:
+            raise st.KeyExists(key)
+        if expected_rv is not None and (current is None or current.mod_revision != expected_rv):
+            raise st.KeyNotFound(key) if current is None else st.Conflict(key)
+        taken = frozenset(k for k, kv in zip(claimed, held, strict=True) if kv is not None)
+        raise ClaimTaken(kind, name, taken)
 
     async def revision(self, *, stale_ok: bool = False) -> int:
         try:

@@ -34,6 +34,8 @@ from orchestrator.apiserver.handler import (
     client_rv,
     revision_of,
 )
+from orchestrator.apiserver.servicefields import carry_over
+from orchestrator.apiserver.storage import ClaimTaken
 from orchestrator.apiserver.strategy import prepare_update, same_object
 from orchestrator.kube import errors
 from orchestrator.kube.errors import ApiError
@@ -89,16 +91,21 @@ async def guaranteed_update(
     the shared decoded object the read-only watches were handed."""
     read = h.objects.get_shared if call.read_only else h.objects.get
     fresh = False  # read linearizably (after a local read fell short)
+    allocates = h.allocates(kind) and sub != "status"
     for _ in range(MAX_UPDATE_ATTEMPTS):
+        if allocates:
+            await h.services.refresh(h.objects)
         try:
             live = await read(kind, ns, name, stale_ok=not fresh)
-            obj = _updated(h, call, kind, sub, live, mutate, precondition, managed)
+            obj, picked = _updated(h, call, kind, sub, live, mutate, precondition, managed)
         except ApiError:
             if fresh:
                 raise
             fresh = True  # a 404, a failed check or a mismatch: only the latest state says
             continue
         noop = same_object(obj, live)
+        if picked and (noop or call.opts.dry_run):
+            h.services.assigner.forget(picked)  # no write keeps them
         if not fresh and (noop or call.opts.dry_run):
             fresh = True  # answered without a write: only from the latest state
             continue
@@ -115,11 +122,22 @@ async def guaranteed_update(
             ):
                 # This update removed the last finalizer: the deletion completes. (A pod
                 # being deleted gracefully has none to remove: updates leave it in place.)
-                await h.objects.delete(kind, ns, name, revision_of(live))
+                await h.objects.delete(kind, ns, name, revision_of(live), old=live)
+                if allocates:
+                    h.services.written(live, None)
                 h.after_write(kind, obj, deleted=True)
                 return h.present(kind, obj)
-            stored = await h.objects.update(kind, obj, revision_of(live), share=call.read_only)
+            stored = await h.objects.update(
+                kind, obj, revision_of(live), share=call.read_only, old=live
+            )
+        except ClaimTaken as exc:
+            h.services.assigner.forget(picked - exc.keys)
+            if exc.keys <= picked:
+                fresh = True  # another API server took what we picked: pick again
+                continue
+            raise
         except ApiError as exc:
+            h.services.assigner.forget(picked)
             if exc.code == 409 and exc.reason == "Conflict" and (precondition is None or not fresh):
                 # Someone else wrote meanwhile (or the local read was stale): recompute on
                 # the new state. A patch that named a resourceVersion fails the check above
@@ -128,6 +146,8 @@ async def guaranteed_update(
                 fresh = True
                 continue
             raise
+        if allocates:
+            h.services.written(live, stored)
         h.after_write(kind, stored)
         return h.present(kind, stored)
     raise errors.conflict(kind.plural, kind.group, name, "too many concurrent writers")
@@ -142,9 +162,15 @@ def _updated(
     mutate: Callable[[Obj], Obj],
     precondition: int | None,
     managed: bool,
-) -> Obj:
-    """The object `guaranteed_update` would store over `live` (raises ApiError)."""
+) -> tuple[Obj, frozenset[str]]:
+    """The object `guaranteed_update` would store over `live` (raises ApiError), and for a
+    Service the allocation keys picked for it (`services`)."""
     proposed = mutate(live)
+    allocates = h.allocates(kind) and sub != "status"
+    if allocates:
+        # What the body left out of the allocated fields it keeps (before validation, which
+        # holds the ClusterIP immutable).
+        proposed = carry_over(proposed, live)
     wanted = precondition if precondition is not None else client_rv(proposed)
     if wanted is not None and wanted != revision_of(live):
         raise errors.conflict(kind.plural, kind.group, str(live["metadata"].get("name")))
@@ -166,8 +192,11 @@ def _updated(
             subresource=sub,
             copy=False,
         )
+    picked: frozenset[str] = frozenset()
+    if allocates:
+        obj, picked = h.services.assigner.assign(obj, live)
     obj["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
-    return obj
+    return obj, picked
 
 
 def _namespace_finalizers(kind: Kind, obj: Obj) -> bool:

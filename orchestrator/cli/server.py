@@ -170,6 +170,35 @@ def add_parser(sub: Any) -> None:
         help="heartbeat silence before a node is Ready=Unknown and tainted unreachable, e.g. "
         "40s (default) or 10s for a small edge site on a reliable network",
     )
+    from orchestrator.network import settings as net
+
+    s.add_argument(
+        "--cluster-cidr",
+        default=net.DEFAULT_CLUSTER_CIDR,
+        metavar="CIDR",
+        help=f"pod addresses; each node gets a /{net.DEFAULT_NODE_CIDR_MASK} of it as its "
+        f"podCIDR (default {net.DEFAULT_CLUSTER_CIDR}, as k3s)",
+    )
+    s.add_argument(
+        "--service-cidr",
+        default=net.DEFAULT_SERVICE_CIDR,
+        metavar="CIDR",
+        help="Service ClusterIPs; its first address is the kubernetes Service's "
+        f"(default {net.DEFAULT_SERVICE_CIDR}, as k3s)",
+    )
+    s.add_argument(
+        "--cluster-dns",
+        default=net.DEFAULT_CLUSTER_DNS,
+        metavar="IP",
+        help="the address pods send DNS queries to, inside --service-cidr "
+        f"(default {net.DEFAULT_CLUSTER_DNS}, as k3s)",
+    )
+    s.add_argument(
+        "--cluster-domain",
+        default=net.DEFAULT_CLUSTER_DOMAIN,
+        metavar="DOMAIN",
+        help=f"the cluster's DNS domain (default {net.DEFAULT_CLUSTER_DOMAIN})",
+    )
     s.add_argument(
         "--drain-timeout",
         type=_duration,
@@ -298,7 +327,17 @@ def main(args: argparse.Namespace) -> int:
     from orchestrator.apiserver.flowcontrol import FlowControlConfig
     from orchestrator.apiserver.server import ApiOptions, split_host_port
     from orchestrator.controllers.runtime import ControllerOptions
+    from orchestrator.network.settings import NetworkSettings
 
+    try:
+        network = NetworkSettings.create(
+            cluster_cidr=args.cluster_cidr,
+            service_cidr=args.service_cidr,
+            cluster_dns=args.cluster_dns,
+            cluster_domain=args.cluster_domain,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     serve_api = args.listen.lower() not in ("", "none")
     if serve_api:
         try:
@@ -324,8 +363,9 @@ def main(args: argparse.Namespace) -> int:
             kubelet_port=args.kubelet_port,
         ),
         controller_options=ControllerOptions(
-            node_monitor_grace_period=args.node_monitor_grace_period
+            node_monitor_grace_period=args.node_monitor_grace_period, network=network
         ),
+        network=network,
         drain_timeout=args.drain_timeout,
         api=None
         if not serve_api

@@ -190,17 +190,21 @@ def endpoints_object(servers: Mapping[int, str]) -> Obj:
     }
 
 
-def service_object(port: int) -> Obj:
-    """The selector-less Service `default/kubernetes` (its Endpoints are written here)."""
+def service_object(port: int, cluster_ip: str = "") -> Obj:
+    """The selector-less Service `default/kubernetes` (its Endpoints are written here), with
+    `cluster_ip` (the service CIDR's first address, only ever handed out when asked for)."""
+    spec: Obj = {
+        "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}],
+        "sessionAffinity": "None",
+        "type": "ClusterIP",
+    }
+    if cluster_ip:
+        spec["clusterIP"] = cluster_ip
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": {"component": "apiserver"}},
-        "spec": {
-            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}],
-            "sessionAffinity": "None",
-            "type": "ClusterIP",
-        },
+        "spec": spec,
     }
 
 
@@ -272,7 +276,8 @@ class ApiEndpointsPublisher:
             if exc.code != 404:
                 raise
         try:
-            await api.create(admin, kind, NAMESPACE, service_object(self.api_server.port))
+            ip = str(api.network.kubernetes_service_ip)
+            await api.create(admin, kind, NAMESPACE, service_object(self.api_server.port, ip))
         except errors.ApiError as exc:
             if exc.code != 409:
                 raise

@@ -41,6 +41,7 @@ from orchestrator.apiserver.flowcontrol import FlowControlConfig
 from orchestrator.apiserver.resources import Api
 from orchestrator.apiserver.server import ApiOptions
 from orchestrator.controllers.runtime import ControllerOptions
+from orchestrator.network.settings import NetworkSettings
 from orchestrator.raft.node import NodeConfig
 from orchestrator.security.authn import User
 from orchestrator.security.renewal import RenewalConfig
@@ -115,6 +116,7 @@ async def api_server(
     cert_renewal: RenewalConfig | None = None,
     flowcontrol: FlowControlConfig | None = None,
     controller_options: ControllerOptions | None = None,
+    network: NetworkSettings | None = None,
 ) -> AsyncIterator[Harness]:
     """Run a single-member server for the body of the `async with`.
 
@@ -123,7 +125,8 @@ async def api_server(
     server's embedded node agent (its data in `<data_dir>/agent`); `cert_renewal`: the
     certificate renewal loop's intervals and wall clock; `flowcontrol`: the overload gate's
     seats and levels (default: the server's); `controller_options`: the built-in
-    controllers' settings (the node monitor's grace period, ...)."""
+    controllers' settings (the node monitor's grace period, ...); `network`: the cluster's
+    address plan (default: k3s's)."""
     with tempfile.TemporaryDirectory() as tmp:
         root = data_dir or Path(tmp)
         node = NodeConfig(
@@ -149,6 +152,7 @@ async def api_server(
             controllers=controllers,
             controller_options=controller_options or ControllerOptions(),
             agent=agent,
+            network=network or NetworkSettings.create(),
         )
         server = Server(opts)
         async with trio.open_nursery() as nursery:

@@ -46,10 +46,12 @@ class LaggingReads(ObjectStore):
     ) -> Any:
         return await self.get(kind, namespace, name, stale_ok=stale_ok)
 
-    async def update(self, kind: Any, obj: Any, expected_rv: int, *, share: bool = False) -> Any:
+    async def update(
+        self, kind: Any, obj: Any, expected_rv: int, *, share: bool = False, old: Any = None
+    ) -> Any:
         name = obj["metadata"]["name"]
         self.previous[name] = await super().get(kind, obj["metadata"]["namespace"], name)
-        return await super().update(kind, obj, expected_rv, share=share)
+        return await super().update(kind, obj, expected_rv, share=share, old=old)
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import ipaddress
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +178,21 @@ async def test_every_generator_creates_the_object_it_names(tmp_path: Path) -> No
             assert svc["spec"]["selector"] == {"app": name}
             (port,) = svc["spec"]["ports"]
             assert (port["name"], port["port"], port["targetPort"]) == ("80-8080", 80, 8080)
+            # allocated by the server (issue 19): an address of --service-cidr, node ports
+            cidr = ipaddress.ip_network("10.43.0.0/16")
+            assert ipaddress.ip_address(svc["spec"]["clusterIP"]) in cidr
+            assert svc["spec"]["clusterIPs"] == [svc["spec"]["clusterIP"]]
+            if expected_type != "ClusterIP":
+                assert 30000 <= port["nodePort"] <= 32767
+        out = k.ok("create", "service", "clusterip", "fixed", "--tcp=80", "--clusterip=10.43.200.1")
+        assert out == "service/fixed created\n"
+        assert k.json("get", "service", "fixed")["spec"]["clusterIP"] == "10.43.200.1"
+        err = k.fails(
+            "create", "service", "clusterip", "dup", "--tcp=80", "--clusterip=10.43.200.1"
+        )
+        assert "provided IP is already allocated" in err, err
+        k.ok("create", "service", "clusterip", "headless", "--clusterip=None")
+        assert k.json("get", "service", "headless")["spec"]["clusterIP"] == "None"
         out = k.ok("create", "service", "externalname", "ext", "--external-name=example.com")
         assert out == "service/ext created\n"
         ext = k.json("get", "service", "ext")

@@ -41,6 +41,7 @@ from orchestrator.controllers.runtime.informer import InformerFactory
 from orchestrator.controllers.runtime.inprocess import InProcessClient
 from orchestrator.controllers.runtime.intern import Interner
 from orchestrator.metrics import REGISTRY, Registry
+from orchestrator.network.settings import NetworkSettings
 from orchestrator.security.authn import User
 
 if TYPE_CHECKING:
@@ -96,6 +97,9 @@ class ControllerOptions:
     # (--node-monitor-grace-period; shorter suits small edge sites on a reliable LAN).
     node_monitor_grace_period: float = 40.0
     node_monitor_period: float = 5.0
+    # The cluster's address plan (--cluster-cidr, --service-cidr, ...): the node IPAM
+    # controller cuts podCIDRs from it.
+    network: NetworkSettings = field(default_factory=NetworkSettings.create)
 
 
 @dataclass

@@ -10,8 +10,10 @@ Invariants: no defaults (as upstream); Table cells follow kubectl's `printNode`.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
+from orchestrator.kube.errors import Cause
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.builders import (
     array,
@@ -218,6 +220,44 @@ NODE_COLUMNS = (
     ),
 )
 
+
+def validate_node(new: Obj, old: Obj | None) -> list[Cause]:
+    """`spec.podCIDR(s)`: CIDRs, `podCIDRs[0]` equal to `podCIDR`, and set once (the node
+    IPAM controller assigns them; a Node keeps them for life, as Kubernetes)."""
+    spec = new.get("spec") if isinstance(new.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    causes: list[Cause] = []
+    cidr = spec.get("podCIDR")
+    cidrs = spec.get("podCIDRs")
+    for i, value in enumerate([cidr, *(cidrs if isinstance(cidrs, list) else [])]):
+        if value in (None, ""):
+            continue
+        path = "spec.podCIDR" if i == 0 else f"spec.podCIDRs[{i - 1}]"
+        try:
+            ipaddress.ip_network(str(value), strict=True)
+        except ValueError:
+            causes.append(Cause(path, f"Invalid value: {value!r}: must be a valid CIDR"))
+    if cidr and isinstance(cidrs, list) and cidrs and cidrs[0] != cidr:
+        causes.append(
+            Cause("spec.podCIDRs[0]", f"Invalid value: {cidrs[0]!r}: must match spec.podCIDR")
+        )
+    if old is not None:
+        old_spec = old.get("spec") if isinstance(old.get("spec"), dict) else {}
+        assert isinstance(old_spec, dict)
+        for field in ("podCIDR", "podCIDRs"):
+            before = old_spec.get(field)
+            if before and spec.get(field) != before:
+                causes.append(
+                    Cause(
+                        f"spec.{field}",
+                        f'Forbidden: node updates may not change {field} except from "" '
+                        "to a valid value",
+                        "FieldValueForbidden",
+                    )
+                )
+    return causes
+
+
 NODE = Kind(
     group="",
     version="v1",
@@ -233,4 +273,5 @@ NODE = Kind(
     subresources=frozenset({"status"}),
     columns=NODE_COLUMNS,
     field_labels={"spec.unschedulable": flag_label("spec.unschedulable")},
+    validate=validate_node,
 )
