@@ -14,6 +14,7 @@ __all__ = [
     "DAEMONSETS",
     "DEPLOYMENTS",
     "ENDPOINTS",
+    "ENDPOINTSLICES",
     "EVENTS",
     "LEASES",
     "NAMESPACES",
@@ -107,4 +108,7 @@ SERVICES = ResourceInfo(
     "", "v1", "services", "Service", True, "service", ("svc",), _ALL, ("all",), ("status",)
 )
 ENDPOINTS = ResourceInfo("", "v1", "endpoints", "Endpoints", True, "endpoints", ("ep",), _ALL)
+ENDPOINTSLICES = ResourceInfo(
+    "discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice", (), _ALL
+)
 LEASES = ResourceInfo("coordination.k8s.io", "v1", "leases", "Lease", True, "lease", (), _ALL)
