@@ -58,6 +58,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.network.settings import DEFAULT_CLUSTER_CIDR, DEFAULT_CLUSTER_DNS
+
 __all__ = [
     "BUILTIN_JUMPS",
     "Endpoint",
@@ -103,6 +105,22 @@ class ProxyConfig:
     node_name: str
     cluster_cidr: str  # "10.42.0.0/16"
     cluster_dns: str  # "10.43.0.10": never NATed
+
+    @classmethod
+    def create(
+        cls, node_name: str, cluster_cidr: str | None = None, cluster_dns: str | None = None
+    ) -> ProxyConfig:
+        """Checked settings (k3s's defaults for what is None); ValueError naming the flag."""
+        cidr = cluster_cidr or DEFAULT_CLUSTER_CIDR
+        dns = (cluster_dns or DEFAULT_CLUSTER_DNS).split(",")[0]
+        try:
+            net = ipaddress.ip_network(cidr, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"--cluster-cidr {cidr!r} is not a network: {exc}") from None
+        ip = _ip(dns)
+        if ip is None:
+            raise ValueError(f"--cluster-dns {dns!r} is not an IP address")
+        return cls(node_name, str(net), ip)
 
 
 @dataclass(frozen=True, slots=True)
