@@ -96,13 +96,13 @@ async def test_full_then_partial_syncs_and_recovery(
         assert "-X KUBE-SVC-STALESTALESTALE" in ipt.restores[0]
         assert "DNAT --to-destination 10.42.0.5:8080" in ipt.restores[0]
         # a burst of changes within min_sync_period is one partial sync
-        t0 = trio.current_time()
         for ip in ("10.42.0.6", "10.42.0.7"):
             src.sls = [_web(ip)[1]]
             src.bump()
             await trio.sleep(0.1)
         await _until(lambda: proxy.syncs == 2)
-        assert trio.current_time() - t0 >= 0.5 - 1e-9
+        await trio.sleep(1)
+        assert len(ipt.restores) == 2  # the burst made one sync
         text = ipt.restores[-1]
         assert "*filter" not in text  # nothing changed there
         assert "10.42.0.7:8080" in text

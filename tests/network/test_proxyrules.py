@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from orchestrator.agent.net.proxyrules import (
     ProxyConfig,
+    RuleBuilder,
     ServicePort,
     build,
     chain_name,
@@ -470,3 +471,23 @@ def test_iptables_restore_accepts_the_rules(
         timeout=60,
     )
     assert done.returncode == 0, (done.stderr, text)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(scenarios(), min_size=2, max_size=4), st.randoms(use_true_random=False))
+def test_rule_builder_memory_never_changes_the_result(
+    steps: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], rnd: Any
+) -> None:
+    """A RuleBuilder fed a sequence of states (objects kept, replaced or new, as an informer
+    does) gives what a fresh `build` gives for each."""
+    builder = RuleBuilder(CONFIG)
+    previous: dict[str, dict[str, Any]] = {}
+    for services, slices in steps:
+        objs = []
+        for o in [*services, *slices]:
+            key = o["metadata"]["name"] + str("spec" in o)
+            kept = previous.get(key)
+            objs.append(kept if kept == o and rnd.random() < 0.8 else o)  # same object reused
+        previous = {o["metadata"]["name"] + str("spec" in o): o for o in objs}
+        svcs, sls = objs[: len(services)], objs[len(services) :]
+        assert builder.build(svcs, sls).tables == build(services, slices, CONFIG).tables

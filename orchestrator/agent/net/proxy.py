@@ -4,10 +4,11 @@ Theory of operation
 -------------------
 `NodeProxy.run` loops: wait until the cache's version changes (or a full sync is due), wait
 out `min_sync_period` since the last sync (kube-proxy's minSyncPeriod: a burst of endpoint
-changes becomes one sync), build the whole rule set from the cache (pure, `proxyrules.build`)
-and apply the difference to the last applied set with one `iptables-restore --noflush` per
-changed table. Each table's restore is one kernel transaction, so there is never a moment
-without a Service's rules; only the chains whose rules changed are written, plus the fixed
+changes becomes one sync), build the whole rule set from the cache (pure,
+`proxyrules.RuleBuilder`, which redoes only the Services whose objects changed) and apply the
+difference to the last applied set with one `iptables-restore --noflush` per changed table.
+Each table's restore is one kernel transaction, so there is never a moment without a Service's
+rules; only the chains whose rules changed are written, plus the fixed
 top-level chains, and chains that went are deleted (kube-proxy's partial sync).
 
 A full sync — every chain written, our chains that `iptables-save` shows but the rule set does
@@ -36,8 +37,8 @@ import trio
 from orchestrator.agent.net.proxyrules import (
     BUILTIN_JUMPS,
     ProxyConfig,
+    RuleBuilder,
     Ruleset,
-    build,
     owned_chains,
     render,
 )
@@ -153,6 +154,7 @@ class NodeProxy:
         self.opts = options
         self.iptables: Iptables = iptables or ExecIptables()
         self.applied: Ruleset | None = None  # what the kernel holds; None: unknown
+        self._builder = RuleBuilder(options.config)
         self.syncs = 0  # successful syncs
         self.failures = 0  # failed ones
         self.synced_version = -1
@@ -198,7 +200,7 @@ class NodeProxy:
     async def sync(self, *, full: bool) -> None:
         """Build the rules and apply them (a full or a partial sync)."""
         start = time.perf_counter()
-        rules = build(self.source.services(), self.source.slices(), self.opts.config)
+        rules = self._builder.build(self.source.services(), self.source.slices())
         self._report(rules.problems)
         if full:
             stale = owned_chains(await self.iptables.save())

@@ -52,6 +52,7 @@ exception.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import ipaddress
 from collections.abc import Iterable, Mapping
@@ -64,6 +65,7 @@ __all__ = [
     "BUILTIN_JUMPS",
     "Endpoint",
     "ProxyConfig",
+    "RuleBuilder",
     "Ruleset",
     "ServicePort",
     "build",
@@ -173,15 +175,21 @@ class Ruleset:
 def chain_name(prefix: str, sp: ServicePort, endpoint: str = "") -> str:
     """`KUBE-SVC-...` and friends: kube-proxy's base32 sha256 names (stable)."""
     digest = hashlib.sha256((sp.key + sp.protocol + endpoint).encode()).digest()
-    return prefix + base64.b32encode(digest).decode()[:16]
+    return prefix + base64.b32encode(digest[:10]).decode()  # 10 bytes: the first 16 characters
 
 
 # ---------------------------------------------------------------------------------- parsing
-def _ip(text: Any) -> str | None:
+@functools.lru_cache(maxsize=65536)
+def _ip_text(text: str) -> str | None:
     try:
-        return str(ipaddress.ip_address(str(text)))
+        return str(ipaddress.ip_address(text))
     except ValueError:
         return None
+
+
+def _ip(value: Any) -> str | None:
+    """The address in canonical form, or None if `value` is not one (memoized: hot)."""
+    return _ip_text(value) if isinstance(value, str) else _ip_text(str(value))
 
 
 def _port(value: Any) -> int | None:
@@ -337,22 +345,80 @@ def build(
     config: ProxyConfig,
 ) -> Ruleset:
     """The full rule set for these Services and EndpointSlices (see the module doc)."""
-    problems: list[str] = []
-    by_service: dict[tuple[str, str], list[Obj]] = {}
-    for sl in slices:
-        meta = sl.get("metadata") or {}
-        owner = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
-        if owner:
-            by_service.setdefault((str(meta.get("namespace") or ""), str(owner)), []).append(sl)
-    ports: list[ServicePort] = []
-    for svc in services:
-        ports.extend(service_ports(svc, problems))
-    ports.sort(key=lambda sp: (sp.key, sp.protocol))
-    return build_from_ports(
-        [(sp, endpoints_for(sp, by_service.get((sp.namespace, sp.name), ()))) for sp in ports],
-        config,
-        problems,
-    )
+    return RuleBuilder(config).build(services, slices)
+
+
+@dataclass(frozen=True, slots=True)
+class _PortRules:
+    """What one Service port adds: lines of the fixed chains, and its own nat chains."""
+
+    services: tuple[str, ...] = ()  # nat KUBE-SERVICES
+    nodeports: tuple[str, ...] = ()  # nat KUBE-NODEPORTS
+    reject: tuple[str, ...] = ()  # filter KUBE-SERVICES
+    external: tuple[str, ...] = ()  # filter KUBE-EXTERNAL-SERVICES
+    chains: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _ServiceRules:
+    """A Service object, the slice objects it was built with, and the result."""
+
+    svc: Obj
+    slices: tuple[Obj, ...]
+    ports: tuple[tuple[ServicePort, _PortRules], ...]
+    problems: tuple[str, ...]
+
+
+class RuleBuilder:
+    """`build` that remembers, between calls, each Service's rules together with the Service
+    and slice objects they came from, and reuses them while those are the same objects (by
+    identity: informer caches replace objects, never modify them). A change of one endpoint
+    then costs that Service's work, not every Service's. Only what the last call used is kept.
+    Pure: no I/O."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self._dns = _ip(config.cluster_dns) or config.cluster_dns
+        self._memo: dict[int, _ServiceRules] = {}
+
+    def build(self, services: Iterable[Obj], slices: Iterable[Obj]) -> Ruleset:
+        by_service: dict[tuple[str, str], list[Obj]] = {}
+        for sl in slices:
+            meta = sl.get("metadata") or {}
+            owner = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+            if owner:
+                key = (str(meta.get("namespace") or ""), str(owner))
+                by_service.setdefault(key, []).append(sl)
+        memo: dict[int, _ServiceRules] = {}
+        ports: list[tuple[ServicePort, _PortRules]] = []
+        problems: list[str] = []
+        for svc in services:
+            meta = svc.get("metadata") or {}
+            own = by_service.get((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
+            hit = self._memo.get(id(svc))
+            if (
+                hit is None
+                or hit.svc is not svc
+                or len(hit.slices) != len(own or ())
+                or any(a is not b for a, b in zip(hit.slices, own or (), strict=True))
+            ):
+                hit = self._service_rules(svc, tuple(own or ()))
+            memo[id(svc)] = hit
+            ports.extend(hit.ports)
+            problems.extend(hit.problems)
+        self._memo = memo
+        ports.sort(key=lambda pair: (pair[0].key, pair[0].protocol))
+        return _assemble([pr for _sp, pr in ports], self._dns, problems)
+
+    def _service_rules(self, svc: Obj, own: tuple[Obj, ...]) -> _ServiceRules:
+        problems: list[str] = []
+        out: list[tuple[ServicePort, _PortRules]] = []
+        for sp in service_ports(svc, problems):
+            if sp.cluster_ip == self._dns:
+                problems.append(f"Service {sp.key}: its ClusterIP is the cluster DNS; skipped")
+                continue
+            out.append((sp, _port_rules(sp, endpoints_for(sp, own), self.config, self._dns)))
+        return _ServiceRules(svc, own, tuple(out), tuple(problems))
 
 
 def build_from_ports(
@@ -361,51 +427,96 @@ def build_from_ports(
     problems: list[str] | None = None,
 ) -> Ruleset:
     """`build` from parsed Service ports and their endpoints, in the given order."""
-    cidr = config.cluster_cidr
     dns = _ip(config.cluster_dns) or config.cluster_dns
-    nat: dict[str, list[str]] = {c: [] for c in NAT_FIXED}
-    flt: dict[str, list[str]] = {c: [] for c in FILTER_FIXED}
-    services = nat["KUBE-SERVICES"]
-    nodeports = nat["KUBE-NODEPORTS"]
-    dns_return = f'-d {dns}/32 -m comment --comment "cluster DNS is node-local" -j RETURN'
-    services.append(f"-A KUBE-SERVICES {dns_return}")
-    flt["KUBE-EXTERNAL-SERVICES"].append(f"-A KUBE-EXTERNAL-SERVICES {dns_return}")
-    for sp, all_eps in ports:
+    found = problems if problems is not None else []
+    rules: list[_PortRules] = []
+    for sp, eps in ports:
         if sp.cluster_ip == dns:
-            if problems is not None:
-                problems.append(f"Service {sp.key}: its ClusterIP is the cluster DNS; skipped")
-            continue
-        externals = [ip for ip in sp.external_ips if ip != dns]
-        cluster_eps = usable(all_eps)
-        comment = f'-m comment --comment "{sp.key}'
-        if not cluster_eps:
-            flt["KUBE-SERVICES"].append(
-                f'-A KUBE-SERVICES -d {sp.cluster_ip}/32 {comment} has no endpoints" '
-                f"{_match(sp, sp.port)} -j REJECT"
+            found.append(f"Service {sp.key}: its ClusterIP is the cluster DNS; skipped")
+        else:
+            rules.append(_port_rules(sp, eps, config, dns))
+    return _assemble(rules, dns, found)
+
+
+def _assemble(ports: list[_PortRules], dns: str, problems: list[str]) -> Ruleset:
+    """The tables: the fixed chains around the Service ports' lines, and their chains."""
+    dns_return = f'-d {dns}/32 -m comment --comment "cluster DNS is node-local" -j RETURN'
+    nat_services = [f"-A KUBE-SERVICES {dns_return}"]
+    nodeports: list[str] = []
+    reject: list[str] = []
+    external = [f"-A KUBE-EXTERNAL-SERVICES {dns_return}"]
+    chains: dict[str, tuple[str, ...]] = {}
+    for pr in ports:
+        nat_services.extend(pr.services)
+        nodeports.extend(pr.nodeports)
+        reject.extend(pr.reject)
+        external.extend(pr.external)
+        chains.update(pr.chains)
+    nat_services.append(
+        '-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports" '
+        "-m addrtype --dst-type LOCAL -j KUBE-NODEPORTS"
+    )
+    nat = {
+        "KUBE-SERVICES": tuple(nat_services),
+        "KUBE-NODEPORTS": tuple(nodeports),
+        "KUBE-POSTROUTING": (
+            f"-A KUBE-POSTROUTING -m mark ! --mark {MASQ_MARK}/{MASQ_MARK} -j RETURN",
+            f"-A KUBE-POSTROUTING -j MARK --xor-mark {MASQ_MARK}",
+            '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring '
+            'SNAT" -j MASQUERADE --random-fully',
+        ),
+        "KUBE-MARK-MASQ": (f"-A KUBE-MARK-MASQ -j MARK --or-mark {MASQ_MARK}",),
+        **chains,
+    }
+    flt = {
+        "KUBE-SERVICES": tuple(reject),
+        "KUBE-EXTERNAL-SERVICES": tuple(external),
+        "KUBE-FORWARD": (
+            f"-A KUBE-FORWARD -m mark --mark {MASQ_MARK}/{MASQ_MARK} -j ACCEPT",
+            "-A KUBE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        ),
+    }
+    return Ruleset({"filter": flt, "nat": nat}, problems)
+
+
+def _port_rules(
+    sp: ServicePort, all_eps: tuple[Endpoint, ...], config: ProxyConfig, dns: str
+) -> _PortRules:
+    """The rules of one Service port (module doc)."""
+    cidr = config.cluster_cidr
+    externals = [ip for ip in sp.external_ips if ip != dns]
+    cluster_eps = usable(all_eps)
+    comment = f'-m comment --comment "{sp.key}'
+    if not cluster_eps:
+        reject = [
+            f'-A KUBE-SERVICES -d {sp.cluster_ip}/32 {comment} has no endpoints" '
+            f"{_match(sp, sp.port)} -j REJECT"
+        ]
+        external = [
+            f'-A KUBE-EXTERNAL-SERVICES -d {ip}/32 {comment} has no endpoints" '
+            f"{_match(sp, sp.port)} -j REJECT"
+            for ip in externals
+        ]
+        if sp.node_port:
+            external.append(
+                f"-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL {comment} has no "
+                f'endpoints" {_match(sp, sp.node_port)} -j REJECT'
             )
-            for ip in externals:
-                flt["KUBE-EXTERNAL-SERVICES"].append(
-                    f'-A KUBE-EXTERNAL-SERVICES -d {ip}/32 {comment} has no endpoints" '
-                    f"{_match(sp, sp.port)} -j REJECT"
-                )
-            if sp.node_port:
-                flt["KUBE-EXTERNAL-SERVICES"].append(
-                    f"-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL {comment} has no "
-                    f'endpoints" {_match(sp, sp.node_port)} -j REJECT'
-                )
-            continue
-        svc = chain_name("KUBE-SVC-", sp)
-        services.append(
-            f'-A KUBE-SERVICES -d {sp.cluster_ip}/32 {comment} cluster IP" '
-            f"{_match(sp, sp.port)} -j {svc}"
-        )
-        masq = (
-            f'-A {svc} ! -s {cidr} -d {sp.cluster_ip}/32 {comment} cluster IP" '
-            f"{_match(sp, sp.port)} -j KUBE-MARK-MASQ"
-        )
-        _endpoint_chains(svc, sp, cluster_eps, nat, [masq])
-        if not (externals or sp.node_port):
-            continue
+        return _PortRules(reject=tuple(reject), external=tuple(external))
+    chains: dict[str, list[str]] = {}
+    svc = chain_name("KUBE-SVC-", sp)
+    services = [
+        f'-A KUBE-SERVICES -d {sp.cluster_ip}/32 {comment} cluster IP" '
+        f"{_match(sp, sp.port)} -j {svc}"
+    ]
+    masq = (
+        f'-A {svc} ! -s {cidr} -d {sp.cluster_ip}/32 {comment} cluster IP" '
+        f"{_match(sp, sp.port)} -j KUBE-MARK-MASQ"
+    )
+    _endpoint_chains(svc, sp, cluster_eps, chains, [masq])
+    nodeports: list[str] = []
+    drop: list[str] = []
+    if externals or sp.node_port:
         ext = chain_name("KUBE-EXT-", sp)
         for ip in externals:
             services.append(
@@ -414,60 +525,40 @@ def build_from_ports(
         if sp.node_port:
             nodeports.append(f'-A KUBE-NODEPORTS {comment}" {_match(sp, sp.node_port)} -j {ext}')
         if not sp.local_external:
-            nat[ext] = [
+            chains[ext] = [
                 f'-A {ext} {comment} external destinations" -j KUBE-MARK-MASQ',
                 f"-A {ext} -j {svc}",
             ]
-            continue
-        nat[ext] = [
-            f'-A {ext} -s {cidr} {comment} pod traffic for external destinations" -j {svc}',
-            f'-A {ext} {comment} masquerade LOCAL traffic" -m addrtype --src-type LOCAL '
-            "-j KUBE-MARK-MASQ",
-            f'-A {ext} {comment} LOCAL traffic to the service chain" -m addrtype --src-type '
-            f"LOCAL -j {svc}",
-        ]
-        local_eps = usable(e for e in all_eps if e.node == config.node_name)
-        if local_eps:
-            svl = chain_name("KUBE-SVL-", sp)
-            nat[ext].append(f"-A {ext} -j {svl}")
-            _endpoint_chains(svl, sp, local_eps, nat, [])
         else:
-            drop = flt["KUBE-EXTERNAL-SERVICES"]
-            for ip in externals:
-                drop.append(
-                    f'-A KUBE-EXTERNAL-SERVICES -d {ip}/32 {comment} has no local endpoints" '
-                    f"{_match(sp, sp.port)} -j DROP"
-                )
-            if sp.node_port:
-                drop.append(
-                    f"-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL {comment} has no "
-                    f'local endpoints" {_match(sp, sp.node_port)} -j DROP'
-                )
-    services.append(
-        '-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports" '
-        "-m addrtype --dst-type LOCAL -j KUBE-NODEPORTS"
-    )
-    nat["KUBE-MARK-MASQ"].append(f"-A KUBE-MARK-MASQ -j MARK --or-mark {MASQ_MARK}")
-    nat["KUBE-POSTROUTING"].extend(
-        [
-            f"-A KUBE-POSTROUTING -m mark ! --mark {MASQ_MARK}/{MASQ_MARK} -j RETURN",
-            f"-A KUBE-POSTROUTING -j MARK --xor-mark {MASQ_MARK}",
-            '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring '
-            'SNAT" -j MASQUERADE --random-fully',
-        ]
-    )
-    flt["KUBE-FORWARD"].extend(
-        [
-            f"-A KUBE-FORWARD -m mark --mark {MASQ_MARK}/{MASQ_MARK} -j ACCEPT",
-            "-A KUBE-FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-        ]
-    )
-    return Ruleset(
-        {
-            "filter": {k: tuple(v) for k, v in flt.items()},
-            "nat": {k: tuple(v) for k, v in nat.items()},
-        },
-        problems if problems is not None else [],
+            chains[ext] = [
+                f'-A {ext} -s {cidr} {comment} pod traffic for external destinations" -j {svc}',
+                f'-A {ext} {comment} masquerade LOCAL traffic" -m addrtype --src-type LOCAL '
+                "-j KUBE-MARK-MASQ",
+                f'-A {ext} {comment} LOCAL traffic to the service chain" -m addrtype '
+                f"--src-type LOCAL -j {svc}",
+            ]
+            local_eps = usable(e for e in all_eps if e.node == config.node_name)
+            if local_eps:
+                svl = chain_name("KUBE-SVL-", sp)
+                chains[ext].append(f"-A {ext} -j {svl}")
+                _endpoint_chains(svl, sp, local_eps, chains, [])
+            else:
+                for ip in externals:
+                    drop.append(
+                        f"-A KUBE-EXTERNAL-SERVICES -d {ip}/32 {comment} has no local "
+                        f'endpoints" {_match(sp, sp.port)} -j DROP'
+                    )
+                if sp.node_port:
+                    drop.append(
+                        f"-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL {comment} has "
+                        f'no local endpoints" {_match(sp, sp.node_port)} -j DROP'
+                    )
+    return _PortRules(
+        tuple(services),
+        tuple(nodeports),
+        (),
+        tuple(drop),
+        tuple((c, tuple(lines)) for c, lines in chains.items()),
     )
 
 
