@@ -563,6 +563,19 @@ def _port_rules(
 
 
 # ---------------------------------------------------------------------------------- rendering
+# Chains whose rules match disjoint packets (one Service port each) but for a fixed first
+# rule (the cluster DNS RETURN) and, in nat KUBE-SERVICES, a fixed last one (the NodePorts
+# jump): their order does not matter, so a few changed rules are edited in place (`-D`, `-I`
+# after the fixed first rule) instead of rewriting a chain of one rule per Service.
+UNORDERED = {
+    ("nat", "KUBE-SERVICES"): 2,  # (table, chain): the position new rules are inserted at
+    ("nat", "KUBE-NODEPORTS"): 1,
+    ("filter", "KUBE-SERVICES"): 1,
+    ("filter", "KUBE-EXTERNAL-SERVICES"): 2,
+}
+EDIT_LIMIT = 64  # more changed rules than this in such a chain: rewrite it
+
+
 def render(
     new: Ruleset,
     old: Ruleset | None = None,
@@ -570,30 +583,59 @@ def render(
 ) -> str:
     """The `iptables-restore --noflush` text taking the kernel from `old` (None: unknown, write
     everything) to `new`; `stale`: more chains of ours known to exist (from `iptables-save`) to
-    delete. A table whose rules did not change is left out; "" when nothing changed."""
+    delete. Only chains whose rules changed are written; in the `UNORDERED` chains up to
+    `EDIT_LIMIT` changed rules are deleted/inserted one by one (kernel order may then differ
+    from `new`'s, which does not change what matches). A table whose rules did not change is
+    left out; "" when nothing changed."""
     out: list[str] = []
     for table in TABLES:
         chains = new.chains(table)
         before = old.chains(table) if old is not None else None
         gone = set(stale.get(table, ()) if stale else ()) - set(chains)
-        if before is not None:
+        if before is None:
+            write = [*FIXED[table], *sorted(c for c in chains if c not in FIXED[table])]
+            edits: list[str] = []
+        else:
             gone |= set(before) - set(chains)
-            if not gone and before == chains:
-                continue
-        fixed = FIXED[table]
-        changed = [
-            c
-            for c in sorted(chains)
-            if c not in fixed and (before is None or before.get(c) != chains[c])
-        ]
-        write = [*fixed, *changed]
+            write, edits = _changes(table, chains, before)
+        if not (write or edits or gone):
+            continue
         out.append(f"*{table}")
         out.extend(f":{c} - [0:0]" for c in [*write, *sorted(gone)])
         for c in write:
             out.extend(chains.get(c, ()))
+        out.extend(edits)
         out.extend(f"-X {c}" for c in sorted(gone))
         out.append("COMMIT")
     return "\n".join(out) + "\n" if out else ""
+
+
+def _changes(
+    table: str, chains: Mapping[str, tuple[str, ...]], before: Mapping[str, tuple[str, ...]]
+) -> tuple[list[str], list[str]]:
+    """(chains to rewrite, in-place edits) taking `before` to `chains`."""
+    write: list[str] = []
+    edits: list[str] = []
+    for c in [*FIXED[table], *sorted(c for c in chains if c not in FIXED[table])]:
+        rules, old = chains.get(c, ()), before.get(c)
+        if old is rules:
+            continue
+        pos = UNORDERED.get((table, c))
+        if pos is None or old is None:
+            if old != rules:
+                write.append(c)
+            continue
+        old_set, new_set = set(old), set(rules)
+        if old_set == new_set:
+            continue
+        removed, added = old_set - new_set, new_set - old_set
+        if len(removed) + len(added) > EDIT_LIMIT or old[: pos - 1] != rules[: pos - 1]:
+            write.append(c)
+            continue
+        head = f"-A {c} "
+        edits.extend(f"-D {c} {r[len(head) :]}" for r in sorted(removed))
+        edits.extend(f"-I {c} {pos} {r[len(head) :]}" for r in sorted(added))
+    return write, edits
 
 
 def owned_chains(save_text: str) -> dict[str, set[str]]:
