@@ -190,6 +190,14 @@ async def test_cluster_ip_and_node_port_through_real_rules(lab: dict[str, str]) 
         await proxy.sync(full=False)
         seen = {await _connect(cli, "10.43.0.20", 80) for _ in range(20)}
         assert seen == {"10.42.0.5", "10.42.0.6"}
+        # sessionAffinity ClientIP: one client keeps its endpoint (-m recent)
+        src.svcs[0]["spec"]["sessionAffinity"] = "ClientIP"
+        src.svcs = [dict(src.svcs[0])]  # a new object, as an informer would hand over
+        await proxy.sync(full=False)
+        stuck = {await _connect(cli, "10.43.0.20", 80) for _ in range(8)}
+        assert len(stuck) == 1
+        src.svcs[0]["spec"].pop("sessionAffinity")
+        src.svcs = [dict(src.svcs[0])]
         # no endpoints: refused, not hanging
         src.set_endpoints()
         await proxy.sync(full=False)
