@@ -38,7 +38,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from orchestrator.agent.net.proxy import ExecIptables, NodeProxy, ProxyOptions  # noqa: E402
-from orchestrator.agent.net.proxyrules import ProxyConfig, RuleBuilder, render  # noqa: E402
+from orchestrator.agent.net.proxyrender import render  # noqa: E402
+from orchestrator.agent.net.proxyrules import ProxyConfig, RuleBuilder  # noqa: E402
 from orchestrator.metrics import Registry  # noqa: E402
 
 Obj = dict[str, Any]

@@ -18,16 +18,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orchestrator.agent.net.proxyrender import UNORDERED, owned_chains, render
 from orchestrator.agent.net.proxyrules import (
-    UNORDERED,
     ProxyConfig,
     RuleBuilder,
     ServicePort,
     build,
     chain_name,
     endpoints_for,
-    owned_chains,
-    render,
 )
 from tests.network.iptinterp import Interpreter, Outcome, Packet
 

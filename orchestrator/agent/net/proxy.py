@@ -34,13 +34,12 @@ from typing import Protocol
 
 import trio
 
+from orchestrator.agent.net.proxyrender import owned_chains, render
 from orchestrator.agent.net.proxyrules import (
     BUILTIN_JUMPS,
     ProxyConfig,
     RuleBuilder,
     Ruleset,
-    owned_chains,
-    render,
 )
 from orchestrator.kube.objects import Obj
 from orchestrator.metrics import REGISTRY, Registry

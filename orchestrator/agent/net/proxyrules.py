@@ -37,10 +37,9 @@ name and protocol; endpoints are deduplicated by (ip, port).
 Names: `KUBE-SVC-` + base32(sha256("ns/name:port" + protocol))[:16], SEP adds "ip:port" — as
 kube-proxy, so chain names are stable across restarts and versions.
 
-`build` returns a `Ruleset` (table -> chain -> rule lines); `render(new, old)` writes the
-restore text for `--noflush`: the fixed chains always, per-service chains only when they changed
-(kube-proxy's partial sync), and `-X` for chains that went. Everything is sorted: the same input
-gives the same text.
+`build` (or `RuleBuilder`, which remembers) returns a `Ruleset` (table -> chain -> rule lines);
+`proxyrender.render(new, old)` turns it into `iptables-restore --noflush` text. Everything is
+sorted: the same input gives the same rules.
 
 Invariants: no rule names the cluster DNS address except the RETURNs (nat KUBE-SERVICES and
 filter KUBE-EXTERNAL-SERVICES, whose `--dst-type LOCAL` rules would otherwise see it); every
@@ -55,7 +54,7 @@ import base64
 import functools
 import hashlib
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +62,9 @@ from orchestrator.network.settings import DEFAULT_CLUSTER_CIDR, DEFAULT_CLUSTER_
 
 __all__ = [
     "BUILTIN_JUMPS",
+    "FIXED",
+    "OWNED_PREFIXES",
+    "TABLES",
     "Endpoint",
     "ProxyConfig",
     "RuleBuilder",
@@ -71,7 +73,6 @@ __all__ = [
     "build",
     "chain_name",
     "endpoints_for",
-    "render",
     "service_ports",
 ]
 
@@ -560,91 +561,3 @@ def _port_rules(
         tuple(drop),
         tuple((c, tuple(lines)) for c, lines in chains.items()),
     )
-
-
-# ---------------------------------------------------------------------------------- rendering
-# Chains whose rules match disjoint packets (one Service port each) but for a fixed first
-# rule (the cluster DNS RETURN) and, in nat KUBE-SERVICES, a fixed last one (the NodePorts
-# jump): their order does not matter, so a few changed rules are edited in place (`-D`, `-I`
-# after the fixed first rule) instead of rewriting a chain of one rule per Service.
-UNORDERED = {
-    ("nat", "KUBE-SERVICES"): 2,  # (table, chain): the position new rules are inserted at
-    ("nat", "KUBE-NODEPORTS"): 1,
-    ("filter", "KUBE-SERVICES"): 1,
-    ("filter", "KUBE-EXTERNAL-SERVICES"): 2,
-}
-EDIT_LIMIT = 64  # more changed rules than this in such a chain: rewrite it
-
-
-def render(
-    new: Ruleset,
-    old: Ruleset | None = None,
-    stale: Mapping[str, Iterable[str]] | None = None,
-) -> str:
-    """The `iptables-restore --noflush` text taking the kernel from `old` (None: unknown, write
-    everything) to `new`; `stale`: more chains of ours known to exist (from `iptables-save`) to
-    delete. Only chains whose rules changed are written; in the `UNORDERED` chains up to
-    `EDIT_LIMIT` changed rules are deleted/inserted one by one (kernel order may then differ
-    from `new`'s, which does not change what matches). A table whose rules did not change is
-    left out; "" when nothing changed."""
-    out: list[str] = []
-    for table in TABLES:
-        chains = new.chains(table)
-        before = old.chains(table) if old is not None else None
-        gone = set(stale.get(table, ()) if stale else ()) - set(chains)
-        if before is None:
-            write = [*FIXED[table], *sorted(c for c in chains if c not in FIXED[table])]
-            edits: list[str] = []
-        else:
-            gone |= set(before) - set(chains)
-            write, edits = _changes(table, chains, before)
-        if not (write or edits or gone):
-            continue
-        out.append(f"*{table}")
-        out.extend(f":{c} - [0:0]" for c in [*write, *sorted(gone)])
-        for c in write:
-            out.extend(chains.get(c, ()))
-        out.extend(edits)
-        out.extend(f"-X {c}" for c in sorted(gone))
-        out.append("COMMIT")
-    return "\n".join(out) + "\n" if out else ""
-
-
-def _changes(
-    table: str, chains: Mapping[str, tuple[str, ...]], before: Mapping[str, tuple[str, ...]]
-) -> tuple[list[str], list[str]]:
-    """(chains to rewrite, in-place edits) taking `before` to `chains`."""
-    write: list[str] = []
-    edits: list[str] = []
-    for c in [*FIXED[table], *sorted(c for c in chains if c not in FIXED[table])]:
-        rules, old = chains.get(c, ()), before.get(c)
-        if old is rules:
-            continue
-        pos = UNORDERED.get((table, c))
-        if pos is None or old is None:
-            if old != rules:
-                write.append(c)
-            continue
-        old_set, new_set = set(old), set(rules)
-        if old_set == new_set:
-            continue
-        removed, added = old_set - new_set, new_set - old_set
-        if len(removed) + len(added) > EDIT_LIMIT or old[: pos - 1] != rules[: pos - 1]:
-            write.append(c)
-            continue
-        head = f"-A {c} "
-        edits.extend(f"-D {c} {r[len(head) :]}" for r in sorted(removed))
-        edits.extend(f"-I {c} {pos} {r[len(head) :]}" for r in sorted(added))
-    return write, edits
-
-
-def owned_chains(save_text: str) -> dict[str, set[str]]:
-    """Our per-service chains found in `iptables-save` output, by table."""
-    found: dict[str, set[str]] = {}
-    table = ""
-    for line in save_text.splitlines():
-        if line.startswith("*"):
-            table = line[1:].strip()
-        elif line.startswith(":") and line[1:].startswith(OWNED_PREFIXES):
-            found.setdefault(table, set()).add(line[1:].split()[0])
-    return found
