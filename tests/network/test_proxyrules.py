@@ -333,6 +333,13 @@ def model(
     return {("pass", "", False)}
 
 
+CONDITIONS: list[dict[str, bool]] = [
+    {},  # nil: ready (and serving)
+    {"ready": False},
+    {"ready": False, "serving": True, "terminating": True},  # the fallback when none is ready
+    {"ready": False, "serving": False, "terminating": True},
+    {"ready": False, "serving": True},  # serving but not terminating: never used
+]
 POD_IPS = ["10.42.0.2", "10.42.0.3", "10.42.0.4", "10.42.1.2", "10.42.1.3", "10.42.1.4"]
 EXTERNAL_IPS = ["192.0.2.1", "192.0.2.2", "198.51.100.7"]  # this node's, another's, elsewhere
 
@@ -374,9 +381,7 @@ def scenarios(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any
         services.append(s)
         eps = []
         for ip in draw(st.lists(st.sampled_from(POD_IPS), max_size=4, unique=True)):
-            cond = draw(st.sampled_from([{}, {"ready": False}, {"ready": False, "serving": True,
-                                          "terminating": True}, {"ready": False, "terminating":
-                                          True, "serving": False}]))  # fmt: skip
+            cond = draw(st.sampled_from(CONDITIONS))
             e = ep(ip, NODE if ip.startswith("10.42.0.") else "b")
             e["conditions"] = cond
             eps.append(e)
