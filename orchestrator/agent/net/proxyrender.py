@@ -52,7 +52,7 @@ def render(
             write = [*FIXED[table], *sorted(c for c in chains if c not in FIXED[table])]
             edits: list[str] = []
         else:
-            gone |= set(before) - set(chains)
+            gone.update(c for c in before if c not in chains)
             write, edits = _changes(table, chains, before)
         if not (write or edits or gone):
             continue
@@ -72,7 +72,11 @@ def _changes(
     """(chains to rewrite, in-place edits) taking `before` to `chains`."""
     write: list[str] = []
     edits: list[str] = []
-    for c in [*FIXED[table], *sorted(c for c in chains if c not in FIXED[table])]:
+    fixed = FIXED[table]
+    # identity first: a RuleBuilder hands back the same tuple for an unchanged chain, so the
+    # usual change touches a handful of the thousands of chains and only those are compared
+    moved = sorted(c for c, rules in chains.items() if before.get(c) is not rules)
+    for c in [*fixed, *(c for c in moved if c not in fixed)]:
         rules, old = chains.get(c, ()), before.get(c)
         if old is rules:
             continue
