@@ -141,3 +141,37 @@ async def test_a_missing_kind_does_not_stop_the_others(
         assert _names(cache.services()) == ["web"]
         assert cache.slices() == []
         nursery.cancel_scope.cancel()
+
+
+async def test_after_a_reboot_with_the_api_down_the_proxy_programs_the_stored_rules(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Edge autonomy end to end (minus the kernel): the stored copy -> cache -> node proxy."""
+    from orchestrator.agent.net.proxy import NodeProxy, ProxyOptions
+    from orchestrator.agent.net.proxyrules import ProxyConfig
+    from tests.network.test_proxy_driver import FakeIptables
+
+    store = await LocalStore.open(tmp_path / "agent.db")
+    try:
+        await store.write_objects("Service", [_svc("web", "10.43.0.20")])
+        await store.write_objects("EndpointSlice", [_slice("web", "web-a", "10.42.0.5")])
+        api = FakeApi()
+        api.set_up(False)
+        cache = _cache(api, store)
+        iptables = FakeIptables()
+        proxy = NodeProxy(
+            cache, ProxyOptions(ProxyConfig("a", "10.42.0.0/16", "10.43.0.10")), iptables,
+            metrics=Registry(),
+        )  # fmt: skip
+        async with trio.open_nursery() as nursery:
+            await nursery.start(cache.run)
+            await nursery.start(proxy.run)
+            await _until(lambda: proxy.syncs >= 1)
+            assert "DNAT --to-destination 10.42.0.5:8080" in iptables.restores[0]
+            # the API answers with an empty cluster: the rules go
+            api.set_up(True)
+            await _until(lambda: cache.synced("Service") and cache.synced("EndpointSlice"))
+            await _until(lambda: "-X KUBE-SVC-" in iptables.restores[-1])
+            nursery.cancel_scope.cancel()
+    finally:
+        await store.aclose()
