@@ -19,7 +19,9 @@ Theory of operation
   whose sandboxes/containers changed is poked; sandboxes and containers labelled as this
   agent's but belonging to no known pod are stopped and removed (strays from a crash, or pods
   deleted while the agent was down), and pod directories of unknown pods are removed;
-* the `EventRecorder` for the workers' Events (best effort: dropped while offline).
+* the `EventRecorder` for the workers' Events (best effort: dropped while offline);
+* with `service_cache` on, `net.svccache.ServiceCache` (`Agent.services`): Services and
+  EndpointSlices for the node proxy and DNS, restored from the local store before `started`.
 
 ConfigMaps and Secrets are read through `ObjectCache`: from the API while connected (each copy
 is also written to the local store), from the local store otherwise.
@@ -38,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -55,6 +57,9 @@ from orchestrator.cri.runtime import CriError, RuntimeService
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.observability import TimedRuntime
+
+if TYPE_CHECKING:
+    from orchestrator.agent.net.svccache import ServiceCache
 
 __all__ = ["Agent", "AgentOptions", "ObjectCache"]
 
@@ -86,6 +91,7 @@ class AgentOptions:
     status_interval: float = 10.0
     report_interval: float = 300.0
     worker: WorkerOptions = field(default_factory=WorkerOptions)
+    service_cache: bool = False  # run `Agent.services` (the node proxy and DNS need it)
 
 
 class ObjectCache:
@@ -169,6 +175,7 @@ class Agent:
         self._use_probes = probes
         self.workers: dict[str, PodWorker] = {}
         self.store: LocalStore | None = None
+        self.services: ServiceCache | None = None  # when `options.service_cache`
         self.reporter = NodeReporter(
             client,
             self.name,
@@ -229,6 +236,11 @@ class Agent:
                 self._nursery = nursery
                 nursery.start_soon(self.events.run)
                 await nursery.start(self.reporter.run)
+                if self.opts.service_cache:
+                    from orchestrator.agent.net.svccache import ServiceCache
+
+                    self.services = ServiceCache(self.client, store)
+                    await nursery.start(self.services.run)  # the stored copy, never the API
                 for stored in await store.pods():
                     self._ensure_worker(stored.pod)
                 log.info(

@@ -17,7 +17,9 @@ it (KubeEdge's MetaManager order). Then:
 Tables: `pods(uid PK, namespace, name, body)` — the last pod object seen, JSON, without its
 `metadata.managedFields` (which nothing here reads: about half of a pod's bytes);
 `objects(kind, namespace, name PK, body)` — ConfigMaps and Secrets (Secret data stays base64,
-as in the API). (Databases written by older agents also hold an unused `meta` table.)
+as in the API), and the Services and EndpointSlices the node proxy and DNS serve from
+(`net.svccache`, written in batches: `objects_of`, `write_objects`). (Databases written by
+older agents also hold an unused `meta` table.)
 
 Invariants: one `DbThread` serializes every call (no lock needed); each write is one
 transaction; the database file is mode 0600 (it holds Secrets); `synchronous=FULL`: a pod that
@@ -33,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,11 +194,16 @@ class LocalStore:
 
         await self._db.run(_delete)
 
-    async def prune_objects(self, keep: set[tuple[str, str, str]]) -> int:
-        """Forget the ConfigMaps/Secrets not in `keep` ((kind, namespace, name)); how many."""
+    async def prune_objects(
+        self, keep: set[tuple[str, str, str]], kinds: tuple[str, ...] = ("ConfigMap", "Secret")
+    ) -> int:
+        """Forget the objects of `kinds` not in `keep` ((kind, namespace, name)); how many."""
 
         def _prune() -> int:
-            rows = self._conn.execute("SELECT kind, namespace, name FROM objects").fetchall()
+            marks = ",".join("?" * len(kinds))
+            rows = self._conn.execute(
+                f"SELECT kind, namespace, name FROM objects WHERE kind IN ({marks})", kinds
+            ).fetchall()
             gone = [tuple(r) for r in rows if tuple(r) not in keep]
             if gone:
                 with self._conn:
@@ -206,3 +214,45 @@ class LocalStore:
             return len(gone)
 
         return await self._db.run(_prune)
+
+    async def objects_of(self, kind: str) -> list[Obj]:
+        """Every stored object of `kind`, by namespace and name."""
+
+        def _all() -> list[Obj]:
+            rows = self._conn.execute(
+                "SELECT body FROM objects WHERE kind=? ORDER BY namespace, name", (kind,)
+            ).fetchall()
+            return [json.loads(r[0]) for r in rows]
+
+        return await self._db.run(_all)
+
+    async def write_objects(
+        self, kind: str, put: list[Obj], delete: Sequence[tuple[str, str]] = ()
+    ) -> None:
+        """Store `put` and forget `delete` ((namespace, name)) of `kind` in one transaction (one
+        fsync for a whole batch of changes: flash)."""
+        rows = [
+            (
+                kind,
+                str((o.get("metadata") or {}).get("namespace") or ""),
+                str((o.get("metadata") or {}).get("name") or ""),
+                _pod_body(o),  # without managedFields, as pods
+            )
+            for o in put
+        ]
+        gone = [(kind, ns, name) for ns, name in delete]
+
+        def _write() -> None:
+            with self._conn:
+                self._conn.execute("BEGIN IMMEDIATE")
+                self._conn.executemany(
+                    "INSERT INTO objects(kind, namespace, name, body) VALUES (?,?,?,?) "
+                    "ON CONFLICT(kind, namespace, name) DO UPDATE SET body=excluded.body",
+                    rows,
+                )
+                self._conn.executemany(
+                    "DELETE FROM objects WHERE kind=? AND namespace=? AND name=?", gone
+                )
+
+        if rows or gone:
+            await self._db.run(_write)

@@ -50,6 +50,12 @@ within `PROBE_TIMEOUT`; otherwise the in-memory simulated runtime, with a WARNIN
 but no process starts) and the Node labelled `orchestrator.dev/runtime=simulated` (as with
 `--runtime simulated`), so nobody mistakes such a node for a real one.
 
+Node proxy (`net.proxy`, kube-proxy's iptables mode, from the agent's `net.svccache` of Services
+and EndpointSlices): on with the containerd runtime unless `--disable-proxy`; never with the
+simulated runtime (its pod IPs are fake). The embedded agent runs it only when
+`AgentConfig.proxy` is set (it programs the host's iptables). It uses `--cluster-cidr` and
+`--cluster-dns` (k3s's defaults when this build has no such flags).
+
 Under systemd (`orchestrator install-service agent`): READY=1 once the agent runs and the
 container runtime answers (never gated on the server), STATUS= with the connection state,
 WATCHDOG=1 from the trio loop, STOPPING=1 on SIGTERM, SIGHUP reloads the log level.
@@ -88,6 +94,7 @@ from orchestrator.systemd import Notifier, reload_log_level, signal_name, watchd
 
 if TYPE_CHECKING:
     from orchestrator.agent.logs import EndpointTLS, LogEndpoint
+    from orchestrator.agent.net.proxyrules import ProxyConfig
     from orchestrator.apiserver.server import ApiServer
     from orchestrator.client.config import ClientConfig
     from orchestrator.client.endpoints import EndpointSet
@@ -157,6 +164,7 @@ class AgentConfig:
     worker: WorkerOptions = field(default_factory=WorkerOptions)  # tests shorten back-offs
     lease_duration: int = 40  # the node Lease's (seconds; the kubelet's default)
     renew_interval: float = 10.0  # seconds between Lease renewals
+    proxy: bool = False  # the node proxy (off: it programs the host's iptables; containerd only)
 
 
 RUNTIMES = ("auto", "containerd", "simulated")
@@ -256,6 +264,7 @@ async def run_embedded(
         kubelet_port=0,
         lease_duration=config.lease_duration,
         renew_interval=config.renew_interval,
+        service_cache=config.proxy and kind == "containerd",
     )
     agent = Agent(node_client(api.api, name), runtime, options)
     try:
@@ -269,6 +278,8 @@ async def run_embedded(
                 api.certs.on_reload(EMBEDDED_LEAF, endpoint.reload_tls)
             agent.reporter.opts.kubelet_port = options.kubelet_port
             await nursery.start(agent.run)
+            if options.service_cache:
+                await start_proxy(nursery, agent, proxy_config(name, None))
             log.info("node agent %s running (runtime %s)", name, kind)
             task_status.started()
     finally:
@@ -346,7 +357,32 @@ def add_parser(sub: Any) -> None:
         help="seconds between the node's Lease renewals (default 10); keep it well under the "
         "servers' --node-monitor-grace-period",
     )
+    a.add_argument(
+        "--disable-proxy",
+        action="store_true",
+        help="do not run the node proxy (Service rules in iptables; it runs by default with "
+        "the containerd runtime, never with the simulated one)",
+    )
     add_kubelet_port(a)
+
+
+def proxy_config(node_name: str, args: argparse.Namespace | None) -> ProxyConfig:
+    """`--cluster-cidr`/`--cluster-dns` (flags of the pod network and DNS; k3s's defaults
+    where this build lacks them). ValueError naming the flag when one is bad."""
+    from orchestrator.agent.net.proxyrules import ProxyConfig
+
+    get = partial(getattr, args)
+    return ProxyConfig.create(node_name, get("cluster_cidr", None), get("cluster_dns", None))
+
+
+async def start_proxy(nursery: trio.Nursery, agent: Agent, config: ProxyConfig) -> None:
+    """Start the node proxy on `agent.services` (the agent must run with `service_cache`)."""
+    from orchestrator.agent.net.proxy import NodeProxy, ProxyOptions
+
+    if agent.services is None:
+        raise RuntimeError("the node proxy needs the agent's service cache (service_cache)")
+    await nursery.start(NodeProxy(agent.services, ProxyOptions(config)).run)
+    log.info("node proxy running (cluster CIDR %s)", config.cluster_cidr)
 
 
 def add_kubelet_port(parser: argparse.ArgumentParser) -> None:
@@ -440,7 +476,9 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     name = args.node_name or default_node_name()
     node_ip = args.node_ip or default_ip()  # reported as InternalIP and listened on
     labels = dict(args.labels)
-    _kind, runtime = await choose_runtime(args.runtime, args.containerd_socket, labels)
+    proxy = proxy_config(name, args)  # bad flags fail before anything starts
+    kind, runtime = await choose_runtime(args.runtime, args.containerd_socket, labels)
+    proxy_on = kind == "containerd" and not args.disable_proxy
     options = AgentOptions(
         name,
         args.data_dir,
@@ -448,6 +486,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
         node_ip=node_ip,
         kubelet_port=0,  # until the log endpoint listens
         renew_interval=args.lease_renew_interval,
+        service_cache=proxy_on,
     )
     notifier = Notifier.from_env()
     sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -484,6 +523,8 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                     agent.reporter.opts.kubelet_port = options.kubelet_port
                     notifier.status("starting: restoring local pods")
                     await nursery.start(agent.run)
+                    if proxy_on:
+                        await start_proxy(nursery, agent, proxy)
                     log.info("node agent %s running against %s", name, ", ".join(endpoints.urls))
                     await wait_runtime(runtime, notifier)
                     notifier.ready(connection_status(agent, endpoints))

@@ -1,0 +1,230 @@
+"""The agent's cache of Services, EndpointSlices and Nodes, kept for outages and reboots.
+
+Theory of operation
+-------------------
+`ServiceCache.run` first loads the Services and EndpointSlices of the local store
+(`LocalStore.objects_of`), so that after a reboot with the servers down the node proxy and the
+DNS server serve what they served before, then signals `started` (never waiting for the API).
+It then runs shared informers (LIST + WATCH, retried with back-off while the servers are away)
+of Services, `discovery.k8s.io/v1` EndpointSlices and Nodes. Per kind, until its informer's
+first LIST succeeds the readers see the stored copy; from then on the informer's cache. Every
+`flush_interval` seconds the changed Services and slices are written to the local store in one
+transaction per kind (objects the API no longer has are forgotten), so a flapping endpoint
+costs one fsync a second at most (flash). Nodes are not stored (nothing needs them offline).
+
+Read API (for the node proxy, the DNS server and anyone else; never blocks, read-only objects:
+copy before modifying):
+
+* `services()` / `service(ns, name)`; `slices()` / `slices_for(ns, name)` (the slices of one
+  Service, by the `kubernetes.io/service-name` label);
+* `node_addresses(name)`: the Node's `status.addresses` as (type, address) pairs;
+* `version`: an int that grows on every change; `await wait_changed(version)` returns the new
+  version once it differs (a level trigger: read everything again, never count events);
+* `restored` / `synced(kind)`: the stored copy is loaded / a kind's informer has listed once.
+
+Invariants: readers never see a mix of stored and live objects of one kind; the store holds
+what the readers of a synced kind saw at the last flush.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from orchestrator.agent.localstore import LocalStore
+from orchestrator.client.resource import ENDPOINT_SLICES, NODES, SERVICES, ResourceInfo
+from orchestrator.controllers.runtime.client import Client
+from orchestrator.controllers.runtime.informer import (
+    DeletedFinalStateUnknown,
+    SharedInformer,
+    object_key,
+    strip_managed_fields,
+)
+from orchestrator.kube.objects import Obj
+from orchestrator.metrics import REGISTRY, Registry
+
+__all__ = ["SERVICE_NAME_LABEL", "ServiceCache"]
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+FLUSH_INTERVAL = 1.0  # seconds between writes of changed objects to the local store
+_STORED = {"Service": SERVICES, "EndpointSlice": ENDPOINT_SLICES}
+
+
+def _split(key: str) -> tuple[str, str]:
+    ns, _, name = key.rpartition("/")
+    return ns, name
+
+
+class ServiceCache:
+    """Services, EndpointSlices and Nodes for the node's networking (module doc)."""
+
+    def __init__(
+        self,
+        client: Client,
+        store: LocalStore | None,
+        *,
+        flush_interval: float = FLUSH_INTERVAL,
+        metrics: Registry = REGISTRY,
+        informer: Callable[[ResourceInfo], SharedInformer] | None = None,
+    ) -> None:
+        self.store = store
+        self.flush_interval = flush_interval
+        make = informer or (
+            lambda res: SharedInformer(client, res, metrics=metrics, transform=strip_managed_fields)
+        )
+        self._informers = {
+            "Service": make(SERVICES),
+            "EndpointSlice": make(ENDPOINT_SLICES),
+            "Node": make(NODES),
+        }
+        self._stored: dict[str, dict[str, Obj]] = {kind: {} for kind in _STORED}
+        self._persisted: dict[str, set[str]] = {kind: set() for kind in _STORED}
+        self._dirty: dict[str, set[str]] = {kind: set() for kind in _STORED}
+        self._slices_by_service: dict[tuple[str, str], dict[str, Obj]] | None = None
+        self.version = 0
+        self._changed = trio.Event()
+        self.restored = False
+        for kind, inf in self._informers.items():
+            self._watch_kind(kind, inf)
+
+    # ------------------------------------------------------------------ reading
+    def _objects(self, kind: str) -> list[Obj]:
+        inf = self._informers[kind]
+        if inf.has_synced or kind not in self._stored:
+            return inf.list()
+        return list(self._stored[kind].values())
+
+    def _get(self, kind: str, key: str) -> Obj | None:
+        inf = self._informers[kind]
+        if inf.has_synced or kind not in self._stored:
+            return inf.get(key)
+        return self._stored[kind].get(key)
+
+    def synced(self, kind: str) -> bool:
+        """Whether `kind` ("Service", "EndpointSlice", "Node") comes from the API by now."""
+        return self._informers[kind].has_synced
+
+    def services(self) -> list[Obj]:
+        return self._objects("Service")
+
+    def service(self, namespace: str, name: str) -> Obj | None:
+        return self._get("Service", f"{namespace}/{name}")
+
+    def slices(self) -> list[Obj]:
+        return self._objects("EndpointSlice")
+
+    def slices_for(self, namespace: str, name: str) -> list[Obj]:
+        """The EndpointSlices of Service `namespace/name` (by their service-name label)."""
+        if self._slices_by_service is None:
+            index: dict[tuple[str, str], dict[str, Obj]] = {}
+            for sl in self.slices():
+                meta = sl.get("metadata") or {}
+                owner = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+                if owner:
+                    ns = str(meta.get("namespace") or "")
+                    index.setdefault((ns, str(owner)), {})[object_key(sl)] = sl
+            self._slices_by_service = index
+        return list(self._slices_by_service.get((namespace, name), {}).values())
+
+    def node_addresses(self, name: str) -> list[tuple[str, str]]:
+        node = self._informers["Node"].get(name)
+        if node is None:
+            return []
+        return [
+            (str(a.get("type") or ""), str(a.get("address") or ""))
+            for a in (node.get("status") or {}).get("addresses") or []
+            if isinstance(a, dict) and a.get("address")
+        ]
+
+    async def wait_changed(self, version: int) -> int:
+        """The current version, once it differs from `version`."""
+        while self.version == version:
+            await self._changed.wait()
+        return self.version
+
+    # ------------------------------------------------------------------ changes
+    def _bump(self) -> None:
+        self.version += 1
+        self._slices_by_service = None
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _watch_kind(self, kind: str, inf: SharedInformer) -> None:
+        def added(obj: Obj) -> None:
+            self._touch(kind, object_key(obj))
+
+        def updated(_old: Obj, new: Obj) -> None:
+            self._touch(kind, object_key(new))
+
+        def deleted(obj: Obj | DeletedFinalStateUnknown) -> None:
+            self._touch(kind, _deleted_key(obj))
+
+        inf.add_event_handler(on_add=added, on_update=updated, on_delete=deleted)
+
+    def _touch(self, kind: str, key: str) -> None:
+        if kind in self._dirty:
+            self._dirty[kind].add(key)
+        self._bump()
+
+    # ------------------------------------------------------------------ running
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load the stored copy, signal `started`, then follow the API until cancelled."""
+        if self.store is not None:
+            for kind in _STORED:
+                objs = await self.store.objects_of(kind)
+                self._stored[kind] = {object_key(o): o for o in objs}
+                self._persisted[kind] = set(self._stored[kind])
+            count = sum(len(v) for v in self._stored.values())
+            log.info("service cache: restored %d Services and EndpointSlices", count)
+        self.restored = True
+        self._bump()
+        async with trio.open_nursery() as nursery:
+            for kind, inf in self._informers.items():
+                nursery.start_soon(self._follow, kind, inf)
+            if self.store is not None:
+                nursery.start_soon(self._flush_loop)
+            task_status.started()
+
+    async def _follow(self, kind: str, inf: SharedInformer) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(inf.run)
+            await inf.wait_for_cache_sync()
+            log.info("service cache: %s synced from the API", kind)
+            self._bump()  # readers switch from the stored copy to the informer's
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await trio.sleep(self.flush_interval)
+            try:
+                await self.flush()
+            except Exception:  # a full disk must not stop the proxy: retried next time
+                log.exception("service cache: writing the local copy failed; will retry")
+
+    async def flush(self) -> None:
+        """Write what changed since the last flush to the local store (synced kinds only)."""
+        assert self.store is not None
+        for kind in _STORED:
+            inf = self._informers[kind]
+            if not inf.has_synced:
+                continue
+            dirty, self._dirty[kind] = self._dirty[kind], set()
+            live = set(inf.keys())
+            put = [obj for key in sorted(dirty & live) if (obj := inf.get(key)) is not None]
+            put += [obj for key in sorted(live - self._persisted[kind] - dirty)
+                    if (obj := inf.get(key)) is not None]  # fmt: skip
+            gone = sorted(self._persisted[kind] - live)
+            try:
+                await self.store.write_objects(kind, put, [_split(k) for k in gone])
+            except BaseException:
+                self._dirty[kind] |= dirty
+                raise
+            self._persisted[kind] = live
+            self._stored[kind] = {}  # the informer's cache is what readers see now
+
+
+def _deleted_key(obj: Obj | DeletedFinalStateUnknown) -> str:
+    return obj.key if isinstance(obj, DeletedFinalStateUnknown) else object_key(obj)
