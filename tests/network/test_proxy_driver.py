@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from orchestrator.agent.net.proxy import ExecIptables, IptablesError, NodeProxy, ProxyOptions
-from orchestrator.agent.net.proxyrules import BUILTIN_JUMPS, ProxyConfig
+from orchestrator.agent.net.proxyrules import BUILTIN_JUMPS, ProxyConfig, build
 from orchestrator.metrics import Registry
 
 pytestmark = pytest.mark.trio
@@ -115,9 +115,62 @@ async def test_full_then_partial_syncs_and_recovery(
         src.bump()
         await _until(lambda: proxy.syncs == 3)
         assert proxy.failures == 2
-        assert ipt.saves == 3  # the failed partial sync, then two full ones
+        assert ipt.saves == 1  # only the first full sync reads the kernel; the rest know
         assert "-A KUBE-SVC-" not in ipt.restores[-1]
         assert "-X KUBE-SVC-" in ipt.restores[-1]  # the Service's chain went
+        nursery.cancel_scope.cancel()
+
+
+class IncrementalFakeSource(FakeSource):
+    """Says which Services changed, as the agent's ServiceCache does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple[int, tuple[str, str]]] = []
+        self.full_reads = 0
+
+    def services(self) -> list[dict[str, Any]]:
+        self.full_reads += 1
+        return self.svcs
+
+    def service(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return next((s for s in self.svcs if s["metadata"]["name"] == name), None)
+
+    def slices_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return [
+            s for s in self.sls if s["metadata"]["labels"]["kubernetes.io/service-name"] == name
+        ]
+
+    def changes_since(self, version: int) -> set[tuple[str, str]] | None:
+        return {key for v, key in self.log if v > version}
+
+    def touch(self, name: str) -> None:
+        self.bump()
+        self.log.append((self.version, ("shop", name)))
+
+
+async def test_partial_syncs_read_only_the_changed_services(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    src, ipt = IncrementalFakeSource(), FakeIptables()
+    svc, sl = _web("10.42.0.5")
+    src.svcs, src.sls = [svc], [sl]
+    proxy = NodeProxy(src, ProxyOptions(CONFIG), ipt, metrics=Registry())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.run)
+        await _until(lambda: proxy.syncs == 1)
+        assert src.full_reads == 1  # the first sync reads everything
+        src.sls = [_web("10.42.0.6")[1]]
+        src.touch("web")
+        await _until(lambda: proxy.syncs == 2)
+        assert src.full_reads == 1  # the partial one only the Service that changed
+        assert "10.42.0.6:8080" in ipt.restores[-1]
+        assert "-X KUBE-SEP-" in ipt.restores[-1]
+        src.touch("other")  # a change that changes no rule: no restore at all
+        await _until(lambda: proxy.syncs == 3)
+        assert len(ipt.restores) == 2
+        assert proxy.applied is not None
+        assert proxy.applied.tables == build(src.svcs, src.sls, CONFIG).tables
         nursery.cancel_scope.cancel()
 
 

@@ -18,15 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.agent.net.proxyrender import UNORDERED, owned_chains, render
+from orchestrator.agent.net import proxyrender
+from orchestrator.agent.net.proxyrender import UNORDERED, owned_chains, render, render_change
 from orchestrator.agent.net.proxyrules import (
     ProxyConfig,
-    RuleBuilder,
+    Ruleset,
     ServicePort,
     build,
     chain_name,
     endpoints_for,
 )
+from orchestrator.agent.net.proxystate import RuleBuilder
 from tests.network.iptinterp import Interpreter, Outcome, Packet
 
 CIDR = "10.42.0.0/16"
@@ -437,13 +439,19 @@ def test_partial_render_applied_to_old_gives_new(
     """Applying render(new, old) on top of the kernel state of `old` yields exactly `new`."""
     old, new = build(*a, CONFIG), build(*b, CONFIG)
     kernel = {t: {c: list(r) for c, r in chains.items()} for t, chains in old.tables.items()}
+    _apply(kernel, render(new, old))
+    _assert_holds(kernel, new)
+
+
+def _apply(kernel: dict[str, dict[str, list[str]]], text: str) -> None:
+    """`iptables-restore --noflush` of `text` on `kernel` (table -> chain -> rules)."""
     table = ""
-    for line in render(new, old).splitlines():
+    for line in text.splitlines():
         op, _, rest = line.partition(" ")
         if line.startswith("*"):
             table = line[1:]
         elif line.startswith(":"):
-            kernel[table][line[1:].split()[0]] = []
+            kernel.setdefault(table, {})[line[1:].split()[0]] = []
         elif op == "-A":
             kernel[table][rest.split()[0]].append(line)
         elif op == "-D":
@@ -455,6 +463,10 @@ def test_partial_render_applied_to_old_gives_new(
         elif op == "-X":
             assert not any(f"-j {rest}" in r for c in kernel[table].values() for r in c)
             del kernel[table][rest]
+
+
+def _assert_holds(kernel: dict[str, dict[str, list[str]]], new: Ruleset) -> None:
+    """The kernel holds `new` (in the `UNORDERED` chains: in any order after the fixed rules)."""
     for t, chains in new.tables.items():
         assert set(kernel[t]) == set(chains)
         for c, rules in chains.items():
@@ -466,6 +478,59 @@ def test_partial_render_applied_to_old_gives_new(
                     assert kernel[t][c][-1] == rules[-1]
             else:
                 assert kernel[t][c] == list(rules)
+
+
+def _keyed(objs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for o in objs:
+        meta = o["metadata"]
+        owner = meta["name"] if "spec" in o else meta["labels"]["kubernetes.io/service-name"]
+        out.setdefault((meta["namespace"], owner), []).append(o)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(scenarios(), min_size=2, max_size=4),
+    st.sampled_from([1, 64]),
+    st.booleans(),
+)
+def test_rule_changes_applied_in_turn_give_each_state(
+    steps: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]], limit: int, by_keys: bool
+) -> None:
+    """A RuleBuilder fed a sequence of states (all of it, or only the Services that changed),
+    each `render_change` applied to the kernel in turn: the kernel holds each state's `build`
+    (with a tiny EDIT_LIMIT the per-port chains are rewritten instead of edited)."""
+    builder = RuleBuilder(CONFIG)
+    kernel: dict[str, dict[str, list[str]]] = {}
+    _apply(kernel, render(builder.build([], []), None))
+    before: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+    saved = proxyrender.EDIT_LIMIT
+    proxyrender.EDIT_LIMIT = limit
+    try:
+        for services, slices in steps:
+            if by_keys:
+                old_svcs, new_svcs = _keyed(before[0]), _keyed(services)
+                old_sls, new_sls = _keyed(before[1]), _keyed(slices)
+                keys = {
+                    k
+                    for k in {*old_svcs, *new_svcs, *old_sls, *new_sls}
+                    if old_svcs.get(k) != new_svcs.get(k) or old_sls.get(k) != new_sls.get(k)
+                }
+                change = builder.update(
+                    keys,
+                    lambda ns, name, svcs=new_svcs: (svcs.get((ns, name)) or [None])[0],
+                    lambda ns, name, sls=new_sls: sls.get((ns, name), []),
+                )
+            else:
+                change = builder.sync_all(services, slices)
+            _apply(kernel, render_change(change, builder))
+            want = build(services, slices, CONFIG)
+            assert builder.ruleset().tables == want.tables
+            _assert_holds(kernel, want)
+            before = (services, slices)
+    finally:
+        proxyrender.EDIT_LIMIT = saved
 
 
 # ---------------------------------------------------------------------------------- the kernel

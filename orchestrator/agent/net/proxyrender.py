@@ -6,7 +6,9 @@ flushes it), plus `-X` for `stale` chains found by `iptables-save` (`owned_chain
 known only chains whose rules changed are written, `-X` deletes the chains that went, and in
 the `UNORDERED` chains (one rule per Service port: order does not change what matches) up to
 `EDIT_LIMIT` changed rules are deleted/inserted one by one (`-D`, `-I`) instead of rewriting a
-chain of a thousand rules. Each table is one `COMMIT`: one kernel transaction, never a moment
+chain of a thousand rules. `render_change(change, builder)` does the same from a
+`proxystate.RuleChange` (what one update changed) without comparing whole rule sets: its cost
+is the change's. Each table is one `COMMIT`: one kernel transaction, never a moment
 without a Service's rules. Pure: text in, text out.
 """
 
@@ -15,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from orchestrator.agent.net.proxyrules import FIXED, OWNED_PREFIXES, TABLES, Ruleset
+from orchestrator.agent.net.proxystate import RuleBuilder, RuleChange
 
-__all__ = ["EDIT_LIMIT", "UNORDERED", "owned_chains", "render"]
+__all__ = ["EDIT_LIMIT", "UNORDERED", "owned_chains", "render", "render_change"]
 
 
 # Chains whose rules match disjoint packets (one Service port each) but for a fixed first
@@ -62,6 +65,41 @@ def render(
             out.extend(chains.get(c, ()))
         out.extend(edits)
         out.extend(f"-X {c}" for c in sorted(gone))
+        out.append("COMMIT")
+    return "\n".join(out) + "\n" if out else ""
+
+
+def render_change(change: RuleChange, builder: RuleBuilder) -> str:
+    """The `iptables-restore --noflush` text applying `change` (made by `builder`, whose state
+    is the new one) to a kernel holding the rules before it; "" when nothing changed. Removed
+    per-port lines are deleted (`-D`) before the chains they jumped to go (`-X`)."""
+    out: list[str] = []
+    for table in TABLES:
+        write = sorted(change.written) if table == "nat" else []
+        gone = sorted(change.gone) if table == "nat" else []
+        rewrite: list[str] = []
+        edits: list[str] = []
+        for (t, c), pos in UNORDERED.items():
+            added, removed = change.added.get((t, c), set()), change.removed.get((t, c), set())
+            if t != table or not (added or removed):
+                continue
+            if len(added) + len(removed) > EDIT_LIMIT:
+                rewrite.append(c)
+                continue
+            head = f"-A {c} "
+            edits.extend(f"-D {c} {r[len(head) :]}" for r in sorted(removed))
+            edits.extend(f"-I {c} {pos} {r[len(head) :]}" for r in sorted(added))
+        if not (write or gone or rewrite or edits):
+            continue
+        whole = builder.ruleset().chains(table) if rewrite else {}
+        out.append(f"*{table}")
+        out.extend(f":{c} - [0:0]" for c in [*rewrite, *write, *gone])
+        for c in rewrite:
+            out.extend(whole.get(c, ()))
+        for c in write:
+            out.extend(builder.chain(c))
+        out.extend(edits)
+        out.extend(f"-X {c}" for c in gone)
         out.append("COMMIT")
     return "\n".join(out) + "\n" if out else ""
 

@@ -37,7 +37,8 @@ name and protocol; endpoints are deduplicated by (ip, port).
 Names: `KUBE-SVC-` + base32(sha256("ns/name:port" + protocol))[:16], SEP adds "ip:port" — as
 kube-proxy, so chain names are stable across restarts and versions.
 
-`build` (or `RuleBuilder`, which remembers) returns a `Ruleset` (table -> chain -> rule lines);
+`build` returns a `Ruleset` (table -> chain -> rule lines); `proxystate.RuleBuilder` keeps the
+same result up to date one Service at a time from the parts here (`port_rules`, `assemble`);
 `proxyrender.render(new, old)` turns it into `iptables-restore --noflush` text. Everything is
 sorted: the same input gives the same rules.
 
@@ -64,15 +65,20 @@ __all__ = [
     "BUILTIN_JUMPS",
     "FIXED",
     "OWNED_PREFIXES",
+    "PORT_CHAINS",
     "TABLES",
     "Endpoint",
+    "PortRules",
     "ProxyConfig",
-    "RuleBuilder",
     "Ruleset",
     "ServicePort",
+    "assemble",
     "build",
+    "build_from_ports",
     "chain_name",
     "endpoints_for",
+    "owner_of",
+    "port_rules",
     "service_ports",
 ]
 
@@ -124,6 +130,11 @@ class ProxyConfig:
         if ip is None:
             raise ValueError(f"--cluster-dns {dns!r} is not an IP address")
         return cls(node_name, str(net), ip)
+
+    @property
+    def dns_ip(self) -> str:
+        """`cluster_dns` in canonical form (the rules compare addresses as text)."""
+        return _ip(self.cluster_dns) or self.cluster_dns
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,12 +356,25 @@ def build(
     slices: Iterable[Obj],
     config: ProxyConfig,
 ) -> Ruleset:
-    """The full rule set for these Services and EndpointSlices (see the module doc)."""
-    return RuleBuilder(config).build(services, slices)
+    """The full rule set for these Services and EndpointSlices (see the module doc); the
+    incremental `proxystate.RuleBuilder` keeps the same result up to date."""
+    by_service: dict[tuple[str, str], list[Obj]] = {}
+    for sl in slices:
+        owner = owner_of(sl)
+        if owner is not None:
+            by_service.setdefault(owner, []).append(sl)
+    problems: list[str] = []
+    ports: list[tuple[ServicePort, tuple[Endpoint, ...]]] = []
+    for svc in services:
+        for sp in service_ports(svc, problems):
+            own = by_service.get((sp.namespace, sp.name), ())
+            ports.append((sp, endpoints_for(sp, own)))
+    ports.sort(key=lambda pair: (pair[0].key, pair[0].protocol))
+    return build_from_ports(ports, config, problems)
 
 
 @dataclass(frozen=True, slots=True)
-class _PortRules:
+class PortRules:
     """What one Service port adds: lines of the fixed chains, and its own nat chains."""
 
     services: tuple[str, ...] = ()  # nat KUBE-SERVICES
@@ -360,66 +384,20 @@ class _PortRules:
     chains: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class _ServiceRules:
-    """A Service object, the slice objects it was built with, and the result."""
+# the fixed chains one line per Service port goes to, in `PortRules` field order
+PORT_CHAINS = (
+    ("nat", "KUBE-SERVICES"),
+    ("nat", "KUBE-NODEPORTS"),
+    ("filter", "KUBE-SERVICES"),
+    ("filter", "KUBE-EXTERNAL-SERVICES"),
+)
 
-    svc: Obj
-    slices: tuple[Obj, ...]
-    ports: tuple[tuple[ServicePort, _PortRules], ...]
-    problems: tuple[str, ...]
 
-
-class RuleBuilder:
-    """`build` that remembers, between calls, each Service's rules together with the Service
-    and slice objects they came from, and reuses them while those are the same objects (by
-    identity: informer caches replace objects, never modify them). A change of one endpoint
-    then costs that Service's work, not every Service's. Only what the last call used is kept.
-    Pure: no I/O."""
-
-    def __init__(self, config: ProxyConfig) -> None:
-        self.config = config
-        self._dns = _ip(config.cluster_dns) or config.cluster_dns
-        self._memo: dict[int, _ServiceRules] = {}
-
-    def build(self, services: Iterable[Obj], slices: Iterable[Obj]) -> Ruleset:
-        by_service: dict[tuple[str, str], list[Obj]] = {}
-        for sl in slices:
-            meta = sl.get("metadata") or {}
-            owner = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
-            if owner:
-                key = (str(meta.get("namespace") or ""), str(owner))
-                by_service.setdefault(key, []).append(sl)
-        memo: dict[int, _ServiceRules] = {}
-        ports: list[tuple[ServicePort, _PortRules]] = []
-        problems: list[str] = []
-        for svc in services:
-            meta = svc.get("metadata") or {}
-            own = by_service.get((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
-            hit = self._memo.get(id(svc))
-            if (
-                hit is None
-                or hit.svc is not svc
-                or len(hit.slices) != len(own or ())
-                or any(a is not b for a, b in zip(hit.slices, own or (), strict=True))
-            ):
-                hit = self._service_rules(svc, tuple(own or ()))
-            memo[id(svc)] = hit
-            ports.extend(hit.ports)
-            problems.extend(hit.problems)
-        self._memo = memo
-        ports.sort(key=lambda pair: (pair[0].key, pair[0].protocol))
-        return _assemble([pr for _sp, pr in ports], self._dns, problems)
-
-    def _service_rules(self, svc: Obj, own: tuple[Obj, ...]) -> _ServiceRules:
-        problems: list[str] = []
-        out: list[tuple[ServicePort, _PortRules]] = []
-        for sp in service_ports(svc, problems):
-            if sp.cluster_ip == self._dns:
-                problems.append(f"Service {sp.key}: its ClusterIP is the cluster DNS; skipped")
-                continue
-            out.append((sp, _port_rules(sp, endpoints_for(sp, own), self.config, self._dns)))
-        return _ServiceRules(svc, own, tuple(out), tuple(problems))
+def owner_of(sl: Obj) -> tuple[str, str] | None:
+    """(namespace, Service name) of an EndpointSlice, by its service-name label."""
+    meta = sl.get("metadata") or {}
+    owner = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    return (str(meta.get("namespace") or ""), str(owner)) if owner else None
 
 
 def build_from_ports(
@@ -430,16 +408,16 @@ def build_from_ports(
     """`build` from parsed Service ports and their endpoints, in the given order."""
     dns = _ip(config.cluster_dns) or config.cluster_dns
     found = problems if problems is not None else []
-    rules: list[_PortRules] = []
+    rules: list[PortRules] = []
     for sp, eps in ports:
         if sp.cluster_ip == dns:
             found.append(f"Service {sp.key}: its ClusterIP is the cluster DNS; skipped")
         else:
-            rules.append(_port_rules(sp, eps, config, dns))
-    return _assemble(rules, dns, found)
+            rules.append(port_rules(sp, eps, config, dns))
+    return assemble(rules, dns, found)
 
 
-def _assemble(ports: list[_PortRules], dns: str, problems: list[str]) -> Ruleset:
+def assemble(ports: list[PortRules], dns: str, problems: list[str]) -> Ruleset:
     """The tables: the fixed chains around the Service ports' lines, and their chains."""
     dns_return = f'-d {dns}/32 -m comment --comment "cluster DNS is node-local" -j RETURN'
     nat_services = [f"-A KUBE-SERVICES {dns_return}"]
@@ -480,9 +458,9 @@ def _assemble(ports: list[_PortRules], dns: str, problems: list[str]) -> Ruleset
     return Ruleset({"filter": flt, "nat": nat}, problems)
 
 
-def _port_rules(
+def port_rules(
     sp: ServicePort, all_eps: tuple[Endpoint, ...], config: ProxyConfig, dns: str
-) -> _PortRules:
+) -> PortRules:
     """The rules of one Service port (module doc)."""
     cidr = config.cluster_cidr
     externals = [ip for ip in sp.external_ips if ip != dns]
@@ -503,7 +481,7 @@ def _port_rules(
                 f"-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL {comment} has no "
                 f'endpoints" {_match(sp, sp.node_port)} -j REJECT'
             )
-        return _PortRules(reject=tuple(reject), external=tuple(external))
+        return PortRules(reject=tuple(reject), external=tuple(external))
     chains: dict[str, list[str]] = {}
     svc = chain_name("KUBE-SVC-", sp)
     services = [
@@ -554,7 +532,7 @@ def _port_rules(
                         f"-A KUBE-EXTERNAL-SERVICES -m addrtype --dst-type LOCAL {comment} has "
                         f'no local endpoints" {_match(sp, sp.node_port)} -j DROP'
                     )
-    return _PortRules(
+    return PortRules(
         tuple(services),
         tuple(nodeports),
         (),

@@ -20,6 +20,9 @@ copy before modifying):
 * `node_addresses(name)`: the Node's `status.addresses` as (type, address) pairs;
 * `version`: an int that grows on every change; `await wait_changed(version)` returns the new
   version once it differs (a level trigger: read everything again, never count events);
+* `changes_since(version)`: (namespace, name) of the Services whose Service or slices changed
+  after `version`, or None when that is not known (the readers switched from the stored copy
+  to the API's, or `version` is older than the last `CHANGE_LOG` changes): read everything;
 * `restored` / `synced(kind)`: the stored copy is loaded / a kind's informer has listed once.
 
 Invariants: readers never see a mix of stored and live objects of one kind; the store holds
@@ -28,6 +31,7 @@ what the readers of a synced kind saw at the last flush.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Callable
 
@@ -39,6 +43,7 @@ from orchestrator.controllers.runtime.client import Client
 from orchestrator.controllers.runtime.informer import (
     DeletedFinalStateUnknown,
     SharedInformer,
+    deleted_object,
     object_key,
     strip_managed_fields,
 )
@@ -51,6 +56,8 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 FLUSH_INTERVAL = 1.0  # seconds between writes of changed objects to the local store
+CHANGE_LOG = 4096  # changes remembered for `changes_since`
+SERVICE_INDEX = "service"  # EndpointSlice informer index: "namespace/service name"
 _STORED = {"Service": SERVICES, "EndpointSlice": ENDPOINT_SLICES}
 
 
@@ -84,10 +91,14 @@ class ServiceCache:
         self._stored: dict[str, dict[str, Obj]] = {kind: {} for kind in _STORED}
         self._persisted: dict[str, set[str]] = {kind: set() for kind in _STORED}
         self._dirty: dict[str, set[str]] = {kind: set() for kind in _STORED}
-        self._slices_by_service: dict[tuple[str, str], dict[str, Obj]] | None = None
+        # the stored copy's slices by Service (the informer's index serves the live ones)
+        self._stored_by_service: dict[tuple[str, str], dict[str, Obj]] | None = None
+        self._log: list[tuple[int, tuple[str, str]]] = []  # (version, Service) changes
+        self._log_floor = 0  # changes after this version are all in the log
         self.version = 0
         self._changed = trio.Event()
         self.restored = False
+        self._informers["EndpointSlice"].add_indexer(SERVICE_INDEX, _slice_service)
         for kind, inf in self._informers.items():
             self._watch_kind(kind, inf)
 
@@ -119,16 +130,24 @@ class ServiceCache:
 
     def slices_for(self, namespace: str, name: str) -> list[Obj]:
         """The EndpointSlices of Service `namespace/name` (by their service-name label)."""
-        if self._slices_by_service is None:
+        inf = self._informers["EndpointSlice"]
+        if inf.has_synced:
+            return inf.by_index(SERVICE_INDEX, f"{namespace}/{name}")
+        if self._stored_by_service is None:
             index: dict[tuple[str, str], dict[str, Obj]] = {}
-            for sl in self.slices():
-                meta = sl.get("metadata") or {}
-                owner = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
-                if owner:
-                    ns = str(meta.get("namespace") or "")
-                    index.setdefault((ns, str(owner)), {})[object_key(sl)] = sl
-            self._slices_by_service = index
-        return list(self._slices_by_service.get((namespace, name), {}).values())
+            for sl in self._stored["EndpointSlice"].values():
+                for value in _slice_service(sl):
+                    ns, _, owner = value.partition("/")
+                    index.setdefault((ns, owner), {})[object_key(sl)] = sl
+            self._stored_by_service = index
+        return list(self._stored_by_service.get((namespace, name), {}).values())
+
+    def changes_since(self, version: int) -> set[tuple[str, str]] | None:
+        """The Services changed after `version` (module doc); None: not known."""
+        if version < self._log_floor:
+            return None
+        i = bisect.bisect_right(self._log, version, key=lambda entry: entry[0])
+        return {key for _v, key in self._log[i:]}
 
     def node_addresses(self, name: str) -> list[tuple[str, str]]:
         node = self._informers["Node"].get(name)
@@ -147,28 +166,43 @@ class ServiceCache:
         return self.version
 
     # ------------------------------------------------------------------ changes
-    def _bump(self) -> None:
+    def _bump(self, services: tuple[tuple[str, str], ...] | None = None) -> None:
+        """A new version; `services`: the Services it changes (None: maybe any)."""
         self.version += 1
-        self._slices_by_service = None
+        if services is None:
+            self._log.clear()
+            self._log_floor = self.version
+        else:
+            self._log.extend((self.version, key) for key in services)
+            if len(self._log) > CHANGE_LOG:
+                drop = len(self._log) - CHANGE_LOG // 2
+                self._log_floor = self._log[drop - 1][0]
+                del self._log[:drop]
         self._changed.set()
         self._changed = trio.Event()
 
     def _watch_kind(self, kind: str, inf: SharedInformer) -> None:
         def added(obj: Obj) -> None:
-            self._touch(kind, object_key(obj))
+            self._touch(kind, object_key(obj), obj)
 
-        def updated(_old: Obj, new: Obj) -> None:
-            self._touch(kind, object_key(new))
+        def updated(old: Obj, new: Obj) -> None:
+            self._touch(kind, object_key(new), new, old)
 
         def deleted(obj: Obj | DeletedFinalStateUnknown) -> None:
-            self._touch(kind, _deleted_key(obj))
+            self._touch(kind, _deleted_key(obj), deleted_object(obj))
 
         inf.add_event_handler(on_add=added, on_update=updated, on_delete=deleted)
 
-    def _touch(self, kind: str, key: str) -> None:
+    def _touch(self, kind: str, key: str, *objs: Obj) -> None:
         if kind in self._dirty:
             self._dirty[kind].add(key)
-        self._bump()
+        if kind == "Service":
+            self._bump((_split(key),))
+        elif kind == "EndpointSlice":  # its Service, before and after (the label may change)
+            owners = {value for obj in objs for value in _slice_service(obj)}
+            self._bump(tuple(_split(value) for value in sorted(owners)))
+        else:
+            self._bump(())  # Nodes: no Service's rules change
 
     # ------------------------------------------------------------------ running
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -177,6 +211,7 @@ class ServiceCache:
             for kind in _STORED:
                 objs = await self.store.objects_of(kind)
                 self._stored[kind] = {object_key(o): o for o in objs}
+                self._stored_by_service = None
                 self._persisted[kind] = set(self._stored[kind])
             count = sum(len(v) for v in self._stored.values())
             log.info("service cache: restored %d Services and EndpointSlices", count)
@@ -194,7 +229,7 @@ class ServiceCache:
             nursery.start_soon(inf.run)
             await inf.wait_for_cache_sync()
             log.info("service cache: %s synced from the API", kind)
-            self._bump()  # readers switch from the stored copy to the informer's
+            self._bump(None if kind in _STORED else ())  # stored copy -> informer's
 
     async def _flush_loop(self) -> None:
         while True:
@@ -224,6 +259,13 @@ class ServiceCache:
                 raise
             self._persisted[kind] = live
             self._stored[kind] = {}  # the informer's cache is what readers see now
+
+
+def _slice_service(sl: Obj) -> list[str]:
+    """The `SERVICE_INDEX` value of an EndpointSlice: "namespace/service" ([] if unlabelled)."""
+    meta = sl.get("metadata") or {}
+    owner = (meta.get("labels") or {}).get(SERVICE_NAME_LABEL)
+    return [f"{meta.get('namespace') or ''}/{owner}"] if owner else []
 
 
 def _deleted_key(obj: Obj | DeletedFinalStateUnknown) -> str:
