@@ -175,3 +175,45 @@ async def test_after_a_reboot_with_the_api_down_the_proxy_programs_the_stored_ru
             nursery.cancel_scope.cancel()
     finally:
         await store.aclose()
+
+
+async def test_changes_since_names_the_services_changed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Service and slice events name their Service (a slice's old and new one when its label
+    moves); the switch from the stored copy and a too old version say "unknown" (None)."""
+    from orchestrator.agent.net import svccache
+
+    api = FakeApi()
+    api.put(SERVICES, _svc("web", "10.43.0.20"))
+    cache = _cache(api, None)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(cache.run)
+        assert cache.changes_since(0) is None  # before the stored copy was loaded
+        await _until(lambda: cache.synced("Service") and cache.synced("EndpointSlice"))
+        await _until(lambda: cache.synced("Node"))
+        v = cache.version
+        assert cache.changes_since(v) == set()
+        api.put(ENDPOINT_SLICES, _slice("web", "web-a", "10.42.0.5"))
+        await _until(lambda: cache.version > v)
+        assert cache.changes_since(v) == {("shop", "web")}
+        v2 = cache.version
+        api.put(SERVICES, _svc("api", "10.43.0.21"))
+        moved = _slice("api", "web-a", "10.42.0.5")  # the slice now belongs to "api"
+        api.put(ENDPOINT_SLICES, moved)
+        await _until(lambda: cache.slices_for("shop", "api") != [])
+        assert cache.changes_since(v2) == {("shop", "web"), ("shop", "api")}
+        assert cache.changes_since(v) == {("shop", "web"), ("shop", "api")}
+        assert cache.slices_for("shop", "web") == []
+        api.put(NODES, {"metadata": {"name": "a"}})  # no Service changes with a Node
+        v3 = cache.version
+        await _until(lambda: cache.version > v3)
+        assert cache.changes_since(v3) == set()
+        # more changes than the log keeps: the oldest versions are no longer answerable
+        for i in range(svccache.CHANGE_LOG + 1):
+            api.put(SERVICES, _svc("web", f"10.43.1.{i % 200 + 2}"))
+            if i % 500 == 0:
+                await trio.sleep(0.01)  # the fake's watch buffer holds 1,000 events
+        await _until(lambda: cache.changes_since(v) is None)
+        assert cache.changes_since(cache.version) == set()
+        nursery.cancel_scope.cancel()
