@@ -8,8 +8,10 @@ one NodePort Service (ClusterIP 10.43.0.20:80, NodePort 30080) whose only endpoi
 is on node-a. The pod's server answers with the peer address it sees. With `Local` policy the
 NodePort answers through node-a with the client's own address (no masquerade) and not through
 node-b (dropped: a timeout); with `Cluster` policy node-a masquerades (the pod sees node-a's
-address) and node-b forwards (it has no route to the pod: "no route to host", not a timeout). Hairpin: the pod reaches itself through the ClusterIP, masqueraded (else the
-answer would never leave the pod's namespace to be un-NATed).
+address) and node-b forwards (it has no route to the pod: "no route to host", not a
+timeout). Hairpin: the pod reaches itself through the ClusterIP, masqueraded (else the answer
+would never leave the pod's namespace to be un-NATed). The pod hangs off node-a by a routed
+veth, not a bridge: the bridge's hairpin mode is the CNI plugin's part, not tested here.
 """
 
 from __future__ import annotations
