@@ -44,6 +44,12 @@ be bound stops start-up with one line (`listenerrors.ListenerError`: `error: --k
 10.0.0.5:10250: port 10250 is already in use ...`), exit status 1: a Node must not advertise a
 port some other process holds (the API server would send its log requests there).
 
+Cluster DNS (`agent.net.nodedns`): `--cluster-dns` (default 10.43.0.10; empty: pods get the
+node's resolv.conf), `--cluster-domain` (cluster.local) and `--resolv-conf` (/etc/resolv.conf)
+make pods' resolv.conf per dnsPolicy; the node-local DNS server answers on the cluster DNS
+address (port 53, dummy interface `orch-dns`) with a containerd runtime, or on `--dns-listen
+HOST:PORT` when given; with the simulated runtime and no `--dns-listen` it is not started.
+
 Runtime (`--runtime`, both commands): `auto` (default) uses containerd when its socket
 (`--containerd-socket`, default `/run/containerd/containerd.sock`) exists and answers `Version`
 within `PROBE_TIMEOUT`; otherwise the in-memory simulated runtime, with a WARNING (pods "run"
@@ -88,6 +94,8 @@ from orchestrator.systemd import Notifier, reload_log_level, signal_name, watchd
 
 if TYPE_CHECKING:
     from orchestrator.agent.logs import EndpointTLS, LogEndpoint
+    from orchestrator.agent.net.nodedns import NodeDnsOptions
+    from orchestrator.agent.net.poddns import PodDNS
     from orchestrator.apiserver.server import ApiServer
     from orchestrator.client.config import ClientConfig
     from orchestrator.client.endpoints import EndpointSet
@@ -157,6 +165,8 @@ class AgentConfig:
     worker: WorkerOptions = field(default_factory=WorkerOptions)  # tests shorten back-offs
     lease_duration: int = 40  # the node Lease's (seconds; the kubelet's default)
     renew_interval: float = 10.0  # seconds between Lease renewals
+    pod_dns: PodDNS | None = None  # pods' resolv.conf (server --cluster-dns...); None: runtime's
+    node_dns: NodeDnsOptions | None = None  # the node DNS server; None: not run
 
 
 RUNTIMES = ("auto", "containerd", "simulated")
@@ -256,6 +266,7 @@ async def run_embedded(
         kubelet_port=0,
         lease_duration=config.lease_duration,
         renew_interval=config.renew_interval,
+        dns=config.pod_dns,
     )
     agent = Agent(node_client(api.api, name), runtime, options)
     try:
@@ -268,6 +279,7 @@ async def run_embedded(
                 options.kubelet_port = await start_endpoint(nursery, endpoint)
                 api.certs.on_reload(EMBEDDED_LEAF, endpoint.reload_tls)
             agent.reporter.opts.kubelet_port = options.kubelet_port
+            await start_node_dns(nursery, options, config.node_dns)
             await nursery.start(agent.run)
             log.info("node agent %s running (runtime %s)", name, kind)
             task_status.started()
@@ -347,6 +359,51 @@ def add_parser(sub: Any) -> None:
         "servers' --node-monitor-grace-period",
     )
     add_kubelet_port(a)
+    add_dns_flags(a)
+
+
+def add_dns_flags(parser: argparse.ArgumentParser) -> None:
+    """The agent's cluster DNS flags (kubelet/k3s names, see the module doc)."""
+    from orchestrator.network.settings import DEFAULT_CLUSTER_DNS, DEFAULT_CLUSTER_DOMAIN
+
+    parser.add_argument(
+        "--cluster-dns",
+        default=DEFAULT_CLUSTER_DNS,
+        metavar="IP[,IP]",
+        help=f"the cluster DNS address pods are given (default {DEFAULT_CLUSTER_DNS}; the node "
+        "DNS server answers there; empty: pods use the node's resolv.conf)",
+    )
+    parser.add_argument(
+        "--cluster-domain",
+        default=DEFAULT_CLUSTER_DOMAIN,
+        help=f"the cluster's DNS domain (default {DEFAULT_CLUSTER_DOMAIN})",
+    )
+    parser.add_argument(
+        "--resolv-conf",
+        type=Path,
+        default=Path("/etc/resolv.conf"),
+        help="the node's resolv.conf: for pods with dnsPolicy Default and the DNS server's "
+        "upstreams (default /etc/resolv.conf)",
+    )
+    parser.add_argument(
+        "--dns-listen",
+        default="",
+        metavar="IP:PORT",
+        help="serve the node DNS on this address instead of the cluster DNS address on the "
+        "orch-dns interface (tests, simulated runtime)",
+    )
+
+
+def node_dns_options(args: argparse.Namespace, kind: str) -> tuple[PodDNS, NodeDnsOptions | None]:
+    """Pods' DNS and the node DNS server's setup from the flags; no server for the simulated
+    runtime without `--dns-listen`. ValueError for a bad flag."""
+    from orchestrator.agent.net.nodedns import NodeDnsOptions, load_pod_dns, parse_listen
+
+    dns = load_pod_dns(args.cluster_dns, args.cluster_domain, args.resolv_conf)
+    listen = parse_listen(args.dns_listen) if args.dns_listen else None
+    if listen is None and kind == "simulated":
+        return dns, None  # pods still get their resolv.conf
+    return dns, NodeDnsOptions(dns, listen=listen)
 
 
 def add_kubelet_port(parser: argparse.ArgumentParser) -> None:
@@ -440,7 +497,8 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     name = args.node_name or default_node_name()
     node_ip = args.node_ip or default_ip()  # reported as InternalIP and listened on
     labels = dict(args.labels)
-    _kind, runtime = await choose_runtime(args.runtime, args.containerd_socket, labels)
+    kind, runtime = await choose_runtime(args.runtime, args.containerd_socket, labels)
+    pod_dns, dns = node_dns_options(args, kind)
     options = AgentOptions(
         name,
         args.data_dir,
@@ -448,6 +506,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
         node_ip=node_ip,
         kubelet_port=0,  # until the log endpoint listens
         renew_interval=args.lease_renew_interval,
+        dns=pod_dns,
     )
     notifier = Notifier.from_env()
     sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -465,6 +524,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(watchdog_task, notifier)
                     await nursery.start(ServerLearner(rest, endpoints, args.data_dir).run)
+                    await start_node_dns(nursery, options, dns)
                     addresses = node_addresses(name, node_ip)
                     served = await ensure_serving_cert(cfg, args.data_dir, addresses)
                     if served is not None and cfg.ca_pem is not None:
@@ -504,6 +564,16 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     finally:
         with trio.CancelScope(shield=True):
             await runtime.aclose()
+
+
+async def start_node_dns(
+    nursery: trio.Nursery, options: AgentOptions, dns: NodeDnsOptions | None
+) -> None:
+    """Start the node DNS server when `dns` asks for one (it retries on its own)."""
+    from orchestrator.agent.net.nodedns import run_node_dns
+
+    if dns is not None:
+        await nursery.start(run_node_dns, options.cluster, dns)
 
 
 RUNTIME_RETRY = 2.0  # seconds between runtime checks before READY=1
