@@ -321,6 +321,8 @@ async def _embedded_tls(
 # ---------------------------------------------------------------------------------- standalone
 def add_parser(sub: Any) -> None:
     """Add `agent` to the `orchestrator` subparsers."""
+    from orchestrator.agent.net.nodedns import add_dns_flags
+
     a = sub.add_parser("agent", help="run a node agent that joins a cluster")
     a.add_argument(
         "--server",
@@ -360,50 +362,6 @@ def add_parser(sub: Any) -> None:
     )
     add_kubelet_port(a)
     add_dns_flags(a)
-
-
-def add_dns_flags(parser: argparse.ArgumentParser) -> None:
-    """The agent's cluster DNS flags (kubelet/k3s names, see the module doc)."""
-    from orchestrator.network.settings import DEFAULT_CLUSTER_DNS, DEFAULT_CLUSTER_DOMAIN
-
-    parser.add_argument(
-        "--cluster-dns",
-        default=DEFAULT_CLUSTER_DNS,
-        metavar="IP[,IP]",
-        help=f"the cluster DNS address pods are given (default {DEFAULT_CLUSTER_DNS}; the node "
-        "DNS server answers there; empty: pods use the node's resolv.conf)",
-    )
-    parser.add_argument(
-        "--cluster-domain",
-        default=DEFAULT_CLUSTER_DOMAIN,
-        help=f"the cluster's DNS domain (default {DEFAULT_CLUSTER_DOMAIN})",
-    )
-    parser.add_argument(
-        "--resolv-conf",
-        type=Path,
-        default=Path("/etc/resolv.conf"),
-        help="the node's resolv.conf: for pods with dnsPolicy Default and the DNS server's "
-        "upstreams (default /etc/resolv.conf)",
-    )
-    parser.add_argument(
-        "--dns-listen",
-        default="",
-        metavar="IP:PORT",
-        help="serve the node DNS on this address instead of the cluster DNS address on the "
-        "orch-dns interface (tests, simulated runtime)",
-    )
-
-
-def node_dns_options(args: argparse.Namespace, kind: str) -> tuple[PodDNS, NodeDnsOptions | None]:
-    """Pods' DNS and the node DNS server's setup from the flags; no server for the simulated
-    runtime without `--dns-listen`. ValueError for a bad flag."""
-    from orchestrator.agent.net.nodedns import NodeDnsOptions, load_pod_dns, parse_listen
-
-    dns = load_pod_dns(args.cluster_dns, args.cluster_domain, args.resolv_conf)
-    listen = parse_listen(args.dns_listen) if args.dns_listen else None
-    if listen is None and kind == "simulated":
-        return dns, None  # pods still get their resolv.conf
-    return dns, NodeDnsOptions(dns, listen=listen)
 
 
 def add_kubelet_port(parser: argparse.ArgumentParser) -> None:
@@ -488,6 +446,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     from orchestrator.agent import servingcert
     from orchestrator.agent.apiservers import ServerLearner
     from orchestrator.agent.logs import EndpointTLS, LogEndpoint
+    from orchestrator.agent.net.nodedns import node_dns_options
     from orchestrator.agent.node import default_ip
     from orchestrator.agent.servingcert import ensure_serving_cert, node_addresses
     from orchestrator.client.rest import RestClient

@@ -24,12 +24,13 @@ from orchestrator.agent.net.clusterview import SnapshotView
 from orchestrator.agent.net.nodedns import (
     NodeDnsOptions,
     load_pod_dns,
+    node_dns_options,
     parse_listen,
     read_resolv_conf,
     run_node_dns,
 )
 from orchestrator.agent.net.poddns import PodDNS, ResolvConf
-from orchestrator.agent.service import add_parser, node_dns_options
+from orchestrator.agent.service import add_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB = {

@@ -17,6 +17,7 @@ loopback address is useless inside a pod's network namespace.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import ipaddress
 import logging
@@ -27,16 +28,17 @@ from typing import Any
 import trio
 
 from orchestrator.agent.net.clusterview import ClusterView
-from orchestrator.agent.net.dnsanswer import Zone
-from orchestrator.agent.net.dnsserver import DnsServer, Forwarder, upstreams_from
 from orchestrator.agent.net.poddns import PodDNS, ResolvConf, parse_resolv_conf
+from orchestrator.network.settings import DEFAULT_CLUSTER_DNS, DEFAULT_CLUSTER_DOMAIN
 
 __all__ = [
     "DEFAULT_RESOLV_CONF",
     "DNS_INTERFACE",
     "NodeDnsOptions",
+    "add_dns_flags",
     "ensure_dns_interface",
     "load_pod_dns",
+    "node_dns_options",
     "parse_listen",
     "read_resolv_conf",
     "run_node_dns",
@@ -159,6 +161,9 @@ async def run_node_dns(
 ) -> None:
     """Keep the node DNS server running (module doc); `started` with the bound address once it
     serves, or with None at once if it cannot yet (it keeps trying)."""
+    from orchestrator.agent.net.dnsanswer import Zone
+    from orchestrator.agent.net.dnsserver import DnsServer, Forwarder, upstreams_from
+
     if not options.dns.cluster_dns:
         log.info("no --cluster-dns: the node DNS server is not started")
         task_status.started(None)
@@ -191,3 +196,43 @@ async def run_node_dns(
             started = True
             task_status.started(None)
         await trio.sleep(RETRY)
+
+
+def add_dns_flags(parser: argparse.ArgumentParser) -> None:
+    """The agent's cluster DNS flags (kubelet/k3s names, see the module doc)."""
+    parser.add_argument(
+        "--cluster-dns",
+        default=DEFAULT_CLUSTER_DNS,
+        metavar="IP[,IP]",
+        help=f"the cluster DNS address pods are given (default {DEFAULT_CLUSTER_DNS}; the node "
+        "DNS server answers there; empty: pods use the node's resolv.conf)",
+    )
+    parser.add_argument(
+        "--cluster-domain",
+        default=DEFAULT_CLUSTER_DOMAIN,
+        help=f"the cluster's DNS domain (default {DEFAULT_CLUSTER_DOMAIN})",
+    )
+    parser.add_argument(
+        "--resolv-conf",
+        type=Path,
+        default=Path("/etc/resolv.conf"),
+        help="the node's resolv.conf: for pods with dnsPolicy Default and the DNS server's "
+        "upstreams (default /etc/resolv.conf)",
+    )
+    parser.add_argument(
+        "--dns-listen",
+        default="",
+        metavar="IP:PORT",
+        help="serve the node DNS on this address instead of the cluster DNS address on the "
+        "orch-dns interface (tests, simulated runtime)",
+    )
+
+
+def node_dns_options(args: argparse.Namespace, kind: str) -> tuple[PodDNS, NodeDnsOptions | None]:
+    """Pods' DNS and the node DNS server's setup from the flags; no server for the simulated
+    runtime without `--dns-listen`. ValueError for a bad flag."""
+    dns = load_pod_dns(args.cluster_dns, args.cluster_domain, args.resolv_conf)
+    listen = parse_listen(args.dns_listen) if args.dns_listen else None
+    if listen is None and kind == "simulated":
+        return dns, None  # pods still get their resolv.conf
+    return dns, NodeDnsOptions(dns, listen=listen)
