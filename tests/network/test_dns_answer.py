@@ -12,6 +12,8 @@ import dns.rcode
 import dns.rdatatype
 import dns.reversename
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.agent.net.clusterview import SnapshotView
 from orchestrator.agent.net.dnsanswer import ClusterRecords, Zone, dashed_name
@@ -358,3 +360,38 @@ def test_snapshot_view_tracks_changes() -> None:
     assert not view.endpoint_slices()
     with pytest.raises(ValueError, match="not 'Pod'"):
         view.apply({"kind": "Pod"})
+
+
+_LABEL = st.from_regex(r"[a-z]([a-z0-9-]{0,8}[a-z0-9])?", fullmatch=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(
+        st.tuples(_LABEL, _LABEL),
+        st.integers(min_value=2, max_value=65000),
+        min_size=1,
+        max_size=15,
+    )
+)
+def test_every_service_resolves_both_ways(services: dict[tuple[str, str], int]) -> None:
+    """Against a model: each Service's name gives its ClusterIP (any case), its ClusterIP's
+    PTR gives its name, and a name of no Service is NXDOMAIN."""
+    objs = [
+        svc(ns, name, clusterIP=str(ipaddress.ip_address("10.43.0.0") + n))
+        for (ns, name), n in services.items()
+    ]
+    view = SnapshotView(objs, [])
+    rec = ClusterRecords.build(view.services(), view.endpoint_slices(), ZONE)
+    by_ip: dict[str, set[str]] = {}
+    for (ns, name), n in services.items():
+        ip = str(ipaddress.ip_address("10.43.0.0") + n)
+        by_ip.setdefault(ip, set()).add(f"{name}.{ns}.svc.cluster.local.")
+        assert answers(ask(rec, f"{name}.{ns}.svc.cluster.local".upper())) == [ip]
+        nx = ask(rec, f"{name}x.{ns}.svc.cluster.local")
+        assert nx.rcode() == (
+            dns.rcode.NOERROR if (ns, name + "x") in services else dns.rcode.NXDOMAIN
+        )
+    for ip, names in by_ip.items():
+        ptr = ask(rec, dns.reversename.from_address(ip).to_text(), "PTR")
+        assert set(answers(ptr)) == names

@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 
 UPSTREAM_TIMEOUT = 2.0  # seconds one upstream has to answer before the next is tried
 TCP_IDLE_TIMEOUT = 10.0  # seconds a TCP client may stay silent
+MAX_TCP_CLIENTS = 256  # TCP connections served at once; more are closed at once
 EDNS_PAYLOAD = 1232  # bytes: the DNS flag day 2020 size, for our queries and answers
 MEMO_CAPACITY = 20_000  # cluster answers memoized per generation
 UDP_BATCH = 64  # datagrams handled per wake-up before yielding to other tasks
@@ -206,6 +207,7 @@ class DnsServer:
         self._records = ClusterRecords(self.zone)
         self._memo: dict[object, bytes] = {}
         self._inflight = 0
+        self._tcp_clients = 0
 
     # ------------------------------------------------------------------------ the sync part
     def records(self) -> ClusterRecords:
@@ -375,6 +377,11 @@ class DnsServer:
             log.debug("DNS UDP send to %s: %s", addr, exc)
 
     async def _serve_tcp(self, stream: trio.abc.Stream) -> None:
+        if self._tcp_clients >= MAX_TCP_CLIENTS:  # a flood of connections must not eat all fds
+            self.stats.dropped += 1
+            await trio.aclose_forcefully(stream)
+            return
+        self._tcp_clients += 1
         buffer = bytearray()
         try:
             while True:
@@ -402,6 +409,7 @@ class DnsServer:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return
         finally:
+            self._tcp_clients -= 1
             await trio.aclose_forcefully(stream)
 
 
