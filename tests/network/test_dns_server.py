@@ -7,12 +7,14 @@ from __future__ import annotations
 import ipaddress
 import socket
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import dns.asyncbackend
 import dns.asyncquery
 import dns.flags
 import dns.message
+import dns.opcode
 import dns.rcode
 import dns.rrset
 import pytest
@@ -22,6 +24,7 @@ from orchestrator.agent.net.clusterview import SnapshotView
 from orchestrator.agent.net.dnsanswer import Zone
 from orchestrator.agent.net.dnsserver import DnsServer, Forwarder, upstreams_from
 from orchestrator.agent.net.poddns import ResolvConf
+from orchestrator.kube.objects import Obj
 
 BACKEND = dns.asyncbackend.get_backend("trio")
 ZONE = Zone("cluster.local", (ipaddress.ip_network("10.43.0.0/16"),), dns_ip="10.43.0.10")
@@ -220,6 +223,60 @@ async def test_malformed_packets(setup: Setup) -> None:
     # the server is still there
     assert addresses(await udp(setup.port, "web.shop.svc.cluster.local")) == ["10.43.0.20"]
     assert setup.server.stats.malformed >= 1
+
+
+async def test_odd_but_wellformed_queries(setup: Setup) -> None:
+    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    with sock:
+        await sock.connect(("127.0.0.1", setup.port))
+        empty = dns.message.Message(id=7)  # no question at all
+        await sock.send(empty.to_wire())
+        with trio.fail_after(5):
+            reply = dns.message.from_wire(await sock.recv(512))
+        assert reply.id == 7
+        assert reply.rcode() == dns.rcode.FORMERR
+        two = dns.message.make_query("example.com", "A")
+        two.question.append(dns.message.make_query("example.org", "A").question[0])
+        await sock.send(two.to_wire())
+        with trio.fail_after(5):
+            reply = dns.message.from_wire(await sock.recv(512))
+        assert reply.rcode() == dns.rcode.FORMERR
+        notify = dns.message.make_query("cluster.local", "SOA")
+        notify.set_opcode(dns.opcode.NOTIFY)
+        await sock.send(notify.to_wire())
+        with trio.fail_after(5):
+            reply = dns.message.from_wire(await sock.recv(512))
+        assert reply.rcode() == dns.rcode.NOTIMP
+    assert setup.stub.asked == []
+    assert addresses(await udp(setup.port, "web.shop.svc.cluster.local")) == ["10.43.0.20"]
+
+
+class BrokenView(SnapshotView):
+    """A view whose snapshot fails while `broken` (a bug in the Service cache)."""
+
+    broken = False
+
+    def services(self) -> Mapping[tuple[str, str], Obj]:
+        if self.broken:
+            raise RuntimeError("cache bug")
+        return super().services()
+
+
+async def test_a_failing_view_does_not_stop_the_server(nursery: trio.Nursery) -> None:
+    view = BrokenView([WEB])
+    server = DnsServer(view, ZONE, Forwarder([]), port=0)
+    _, port = await nursery.start(server.run)
+    view.broken = True
+    view.apply(EXT)  # a new generation: the index is rebuilt, and that fails
+    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_DGRAM)
+    with sock:
+        await sock.connect(("127.0.0.1", port))
+        await sock.send(dns.message.make_query("web.shop.svc.cluster.local", "A").to_wire())
+        with trio.fail_after(5):  # dropped, not answered
+            while server.stats.dropped < 1:  # noqa: ASYNC110 - polling a counter, no event
+                await trio.sleep(0.01)
+    view.broken = False
+    assert addresses(await udp(port, "web.shop.svc.cluster.local")) == ["10.43.0.20"]
 
 
 async def test_malformed_over_tcp(setup: Setup) -> None:

@@ -44,6 +44,7 @@ import dns.exception
 import dns.flags
 import dns.message
 import dns.name
+import dns.opcode
 import dns.rcode
 import dns.rdatatype
 import trio
@@ -245,6 +246,11 @@ class DnsServer:
         if query.flags & dns.flags.QR:
             self.stats.dropped += 1
             return None  # a response: never answer those (reflection loops)
+        if query.opcode() != dns.opcode.QUERY:
+            return _rcode(query, dns.rcode.NOTIMP)  # NOTIFY, UPDATE...: not a cache's job
+        if len(query.question) != 1:
+            self.stats.malformed += 1
+            return _rcode(query, dns.rcode.FORMERR)
         try:
             resp = records.answer(query)
         except Exception:
@@ -274,6 +280,23 @@ class DnsServer:
         return resp.to_wire()
 
     # ----------------------------------------------------------------------- the async part
+    def _guarded(self, data: bytes, limit: int | None) -> bytes | _Forward | None:
+        """`try_local`, where a bug drops the query instead of stopping the server."""
+        try:
+            return self.try_local(data, limit)
+        except Exception:
+            log.exception("node DNS: handling a query failed (dropped)")
+            self.stats.dropped += 1
+            return None
+
+    async def _forward_guarded(self, fw: _Forward, limit: int | None) -> bytes:
+        """`forward`, where a bug is a SERVFAIL instead of stopping the server."""
+        try:
+            return await self.forward(fw, limit)
+        except Exception:
+            log.exception("node DNS: forwarding %s failed", fw.query.question)
+            return _rcode(fw.query, dns.rcode.SERVFAIL)
+
     async def forward(self, fw: _Forward, limit: int | None) -> bytes:
         """The answer to a query that needs an upstream (SERVFAIL when none answers)."""
         q = fw.query
@@ -346,7 +369,7 @@ class DnsServer:
                     log.debug("DNS UDP receive: %s", exc)
                     continue
                 _QUERIES.labels("udp").inc()
-                result = self.try_local(data, None)
+                result = self._guarded(data, None)
                 if isinstance(result, _Forward):
                     if self._inflight >= self.max_inflight:
                         self.stats.dropped += 1
@@ -359,7 +382,7 @@ class DnsServer:
 
     async def _forward_udp(self, sock: socket.socket, fw: _Forward, addr: Any) -> None:
         try:
-            wire = await self.forward(fw, None)
+            wire = await self._forward_guarded(fw, None)
         finally:
             self._inflight -= 1
         await self._sendto(sock, wire, addr)
@@ -400,9 +423,9 @@ class DnsServer:
                 data = bytes(buffer[2 : 2 + length])
                 del buffer[: 2 + length]
                 _QUERIES.labels("tcp").inc()
-                result = self.try_local(data, 65535)
+                result = self._guarded(data, 65535)
                 if isinstance(result, _Forward):
-                    result = await self.forward(result, 65535)
+                    result = await self._forward_guarded(result, 65535)
                 if result is None:
                     continue
                 await stream.send_all(struct.pack("!H", len(result)) + result)

@@ -183,7 +183,7 @@ async def run_node_dns(
                 if not started:
                     started = True
                     task_status.started(bound)
-        except* OSError as group:  # no privileges, the port taken, no netlink...
+        except* Exception as group:  # no privileges, the port taken, no netlink, a bug...
             exc = group.exceptions[0]
             where = f"{host}:{port}" + ("" if options.listen else f" on {DNS_INTERFACE}")
             log.error(
