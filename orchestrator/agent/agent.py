@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any, cast
 import trio
 
 from orchestrator.agent.localstore import LocalStore
+from orchestrator.agent.net.clusterview import ClusterView, SnapshotView
+from orchestrator.agent.net.poddns import PodDNS
 from orchestrator.agent.node import HostFacts, NodeReporter, NodeReporterOptions, host_facts
 from orchestrator.agent.podcontext import WorkerContext, WorkerOptions
 from orchestrator.agent.podspec import LABEL_AGENT, LABEL_POD_UID, referenced_objects
@@ -92,6 +94,9 @@ class AgentOptions:
     report_interval: float = 300.0
     worker: WorkerOptions = field(default_factory=WorkerOptions)
     service_cache: bool = False  # run `Agent.services` (the node proxy and DNS need it)
+    dns: PodDNS | None = None  # pods' resolv.conf (--cluster-dns...); None: the runtime's
+    # Services and EndpointSlices (the Service cache) for pods' env vars; empty until wired
+    cluster: ClusterView = field(default_factory=SnapshotView)
 
 
 class ObjectCache:
@@ -231,6 +236,8 @@ class Agent:
                 node_memory=self.facts.memory_bytes,
                 probes=probes,
                 connected=lambda: self.connected,
+                cluster=self.opts.cluster,
+                dns=self.opts.dns,
             )
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from orchestrator.agent.localstore import LocalStore
+from orchestrator.agent.net.clusterview import ClusterView, SnapshotView
+from orchestrator.agent.net.poddns import PodDNS
 from orchestrator.controllers.runtime.client import Client
 from orchestrator.cri.runtime import RuntimeService
 from orchestrator.kube.objects import Obj
@@ -83,3 +85,6 @@ class WorkerContext:
     node_memory: int = 0
     probes: ProbesFactory | None = None
     connected: Callable[[], bool] = lambda: True  # False: skip API writes (retried on reconnect)
+    # Services for the pods' Service env vars (the agent's Service cache; empty until wired)
+    cluster: ClusterView = field(default_factory=SnapshotView)
+    dns: PodDNS | None = None  # pods' resolv.conf; None: the runtime's default

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import trio
 
+from orchestrator.agent.net.poddns import PodDNS, pod_dns_config
+from orchestrator.agent.net.svcenv import service_env, services_for_pod
 from orchestrator.agent.podcontext import RUNTIME_TIMEOUT, ObjectSource, WorkerContext
 from orchestrator.cri.runtime import CriError, PodSandboxConfig, PortMapping, Resources
 from orchestrator.kube.objects import Obj
@@ -84,8 +86,11 @@ def pod_dir(data_dir: Path, pod: Obj) -> Path:
     return data_dir / "pods" / f"{m.get('namespace', '')}_{m.get('name', '')}_{m.get('uid', '')}"
 
 
-def sandbox_config(pod: Obj, attempt: int, *, node: str, data_dir: Path) -> PodSandboxConfig:
-    """The sandbox config for `pod` (pure: the same pod and attempt give the same config)."""
+def sandbox_config(
+    pod: Obj, attempt: int, *, node: str, data_dir: Path, dns: PodDNS | None = None
+) -> PodSandboxConfig:
+    """The sandbox config for `pod` (pure: the same pod and attempt give the same config); its
+    resolv.conf from `dns` (dnsPolicy, dnsConfig: `agent.net.poddns`), else the runtime's."""
     m, spec = meta_of(pod), spec_of(pod)
     host_network = bool(spec.get("hostNetwork"))
     labels = {str(k): str(v) for k, v in (m.get("labels") or {}).items()}
@@ -121,6 +126,7 @@ def sandbox_config(pod: Obj, attempt: int, *, node: str, data_dir: Path) -> PodS
         log_directory=str(pod_dir(data_dir, pod).absolute()),
         host_network=host_network,
         port_mappings=tuple(ports),
+        dns=pod_dns_config(pod, dns).config if dns is not None else None,
     )
 
 
@@ -241,8 +247,18 @@ async def lookup_object(
 
 async def container_env(ctx: WorkerContext, pod: Obj, c: Obj, pod_ip: str) -> dict[str, str]:
     """The environment of container `c`: envFrom, then env (values, `$(VAR)` expansion,
-    ConfigMap/Secret keys, the downward API's fieldRef and resourceFieldRef)."""
+    ConfigMap/Secret keys, the downward API's fieldRef and resourceFieldRef), then the Service
+    variables (`agent.net.svcenv`) the container does not set itself; `$(VAR)` sees them."""
     env: dict[str, str] = {}
+    spec = spec_of(pod)
+    links = spec.get("enableServiceLinks")
+    svc_env = service_env(
+        services_for_pod(
+            ctx.cluster.services(),
+            str(meta_of(pod).get("namespace") or ""),
+            links is None or bool(links),
+        )
+    )
     host_ip = ctx.host_ip
     if spec_of(pod).get("hostNetwork"):
         pod_ip = host_ip
@@ -262,7 +278,7 @@ async def container_env(ctx: WorkerContext, pod: Obj, c: Obj, pod_ip: str) -> di
         name = str(e.get("name", ""))
         vf = e.get("valueFrom")
         if not isinstance(vf, dict):
-            env[name] = expand(str(e.get("value") or ""), env)
+            env[name] = expand(str(e.get("value") or ""), {**svc_env, **env})
             continue
         for kind, ref_key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
             ref = vf.get(ref_key)
@@ -288,7 +304,7 @@ async def container_env(ctx: WorkerContext, pod: Obj, c: Obj, pod_ip: str) -> di
                 raise ContainerWaiting("CreateContainerConfigError", str(exc)) from None
         if isinstance(vf.get("resourceFieldRef"), dict):
             env[name] = resource_field(ctx, c, vf["resourceFieldRef"])
-    return env
+    return {**svc_env, **env}  # the container's own variables win
 
 
 def resource_field(ctx: WorkerContext, c: Obj, ref: Obj) -> str:

@@ -271,7 +271,11 @@ class PodWorker:
         if sandbox is None:
             return await self._ensure_sandbox(view), trio.current_time() + 1.0
         sb_config = sandbox_config(
-            pod, sandbox.attempt, node=self.ctx.node_name, data_dir=self.ctx.data_dir
+            pod,
+            sandbox.attempt,
+            node=self.ctx.node_name,
+            data_dir=self.ctx.data_dir,
+            dns=self.ctx.dns,
         )
         due: list[float] = []
         acted = False
@@ -355,7 +359,9 @@ class PodWorker:
                 )
             await self._stop_sandboxes(view, remove=True)
         attempt = self._sandbox_attempt + 1
-        config = sandbox_config(pod, attempt, node=self.ctx.node_name, data_dir=self.ctx.data_dir)
+        config = sandbox_config(
+            pod, attempt, node=self.ctx.node_name, data_dir=self.ctx.data_dir, dns=self.ctx.dns
+        )
         try:
             await trio.to_thread.run_sync(mkdirs, Path(config.log_directory))
             with trio.fail_after(RUNTIME_TIMEOUT):

@@ -44,6 +44,12 @@ be bound stops start-up with one line (`listenerrors.ListenerError`: `error: --k
 10.0.0.5:10250: port 10250 is already in use ...`), exit status 1: a Node must not advertise a
 port some other process holds (the API server would send its log requests there).
 
+Cluster DNS (`agent.net.nodedns`): `--cluster-dns` (default 10.43.0.10; empty: pods get the
+node's resolv.conf), `--cluster-domain` (cluster.local) and `--resolv-conf` (/etc/resolv.conf)
+make pods' resolv.conf per dnsPolicy; the node-local DNS server answers on the cluster DNS
+address (port 53, dummy interface `orch-dns`) with a containerd runtime, or on `--dns-listen
+HOST:PORT` when given; with the simulated runtime and no `--dns-listen` it is not started.
+
 Runtime (`--runtime`, both commands): `auto` (default) uses containerd when its socket
 (`--containerd-socket`, default `/run/containerd/containerd.sock`) exists and answers `Version`
 within `PROBE_TIMEOUT`; otherwise the in-memory simulated runtime, with a WARNING (pods "run"
@@ -94,6 +100,8 @@ from orchestrator.systemd import Notifier, reload_log_level, signal_name, watchd
 
 if TYPE_CHECKING:
     from orchestrator.agent.logs import EndpointTLS, LogEndpoint
+    from orchestrator.agent.net.nodedns import NodeDnsOptions
+    from orchestrator.agent.net.poddns import PodDNS
     from orchestrator.agent.net.proxyrules import ProxyConfig
     from orchestrator.apiserver.server import ApiServer
     from orchestrator.client.config import ClientConfig
@@ -165,6 +173,9 @@ class AgentConfig:
     lease_duration: int = 40  # the node Lease's (seconds; the kubelet's default)
     renew_interval: float = 10.0  # seconds between Lease renewals
     proxy: bool = False  # the node proxy (off: it programs the host's iptables; containerd only)
+
+    pod_dns: PodDNS | None = None  # pods' resolv.conf (server --cluster-dns...); None: runtime's
+    node_dns: NodeDnsOptions | None = None  # the node DNS server; None: not run
 
 
 RUNTIMES = ("auto", "containerd", "simulated")
@@ -265,6 +276,7 @@ async def run_embedded(
         lease_duration=config.lease_duration,
         renew_interval=config.renew_interval,
         service_cache=config.proxy and kind == "containerd",
+        dns=config.pod_dns,
     )
     agent = Agent(node_client(api.api, name), runtime, options)
     try:
@@ -277,6 +289,7 @@ async def run_embedded(
                 options.kubelet_port = await start_endpoint(nursery, endpoint)
                 api.certs.on_reload(EMBEDDED_LEAF, endpoint.reload_tls)
             agent.reporter.opts.kubelet_port = options.kubelet_port
+            await start_node_dns(nursery, options, config.node_dns)
             await nursery.start(agent.run)
             if options.service_cache:
                 await start_proxy(nursery, agent, proxy_config(name, None))
@@ -320,6 +333,8 @@ async def _embedded_tls(
 # ---------------------------------------------------------------------------------- standalone
 def add_parser(sub: Any) -> None:
     """Add `agent` to the `orchestrator` subparsers."""
+    from orchestrator.agent.net.nodedns import add_dns_flags
+
     a = sub.add_parser("agent", help="run a node agent that joins a cluster")
     a.add_argument(
         "--server",
@@ -364,6 +379,7 @@ def add_parser(sub: Any) -> None:
         "the containerd runtime, never with the simulated one)",
     )
     add_kubelet_port(a)
+    add_dns_flags(a)
 
 
 def proxy_config(node_name: str, args: argparse.Namespace | None) -> ProxyConfig:
@@ -467,6 +483,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     from orchestrator.agent import servingcert
     from orchestrator.agent.apiservers import ServerLearner
     from orchestrator.agent.logs import EndpointTLS, LogEndpoint
+    from orchestrator.agent.net.nodedns import node_dns_options
     from orchestrator.agent.node import default_ip
     from orchestrator.agent.servingcert import ensure_serving_cert, node_addresses
     from orchestrator.client.rest import RestClient
@@ -479,6 +496,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     proxy = proxy_config(name, args)  # bad flags fail before anything starts
     kind, runtime = await choose_runtime(args.runtime, args.containerd_socket, labels)
     proxy_on = kind == "containerd" and not args.disable_proxy
+    pod_dns, dns = node_dns_options(args, kind)
     options = AgentOptions(
         name,
         args.data_dir,
@@ -487,6 +505,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
         kubelet_port=0,  # until the log endpoint listens
         renew_interval=args.lease_renew_interval,
         service_cache=proxy_on,
+        dns=pod_dns,
     )
     notifier = Notifier.from_env()
     sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -504,6 +523,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(watchdog_task, notifier)
                     await nursery.start(ServerLearner(rest, endpoints, args.data_dir).run)
+                    await start_node_dns(nursery, options, dns)
                     addresses = node_addresses(name, node_ip)
                     served = await ensure_serving_cert(cfg, args.data_dir, addresses)
                     if served is not None and cfg.ca_pem is not None:
@@ -545,6 +565,16 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     finally:
         with trio.CancelScope(shield=True):
             await runtime.aclose()
+
+
+async def start_node_dns(
+    nursery: trio.Nursery, options: AgentOptions, dns: NodeDnsOptions | None
+) -> None:
+    """Start the node DNS server when `dns` asks for one (it retries on its own)."""
+    from orchestrator.agent.net.nodedns import run_node_dns
+
+    if dns is not None:
+        await nursery.start(run_node_dns, options.cluster, dns)
 
 
 RUNTIME_RETRY = 2.0  # seconds between runtime checks before READY=1

@@ -1,1 +1,1 @@
-"""Agent-side networking: pod network, node proxy, node-local DNS (issue 19)."""
+"""The agent's side of the pod network: pod network, node proxy, node-local cluster DNS."""

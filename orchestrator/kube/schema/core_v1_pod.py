@@ -39,7 +39,11 @@ from orchestrator.kube.schema.meta import (
     required,
     sub,
 )
-from orchestrator.kube.schema.names import is_dns1123_label, is_valid_port_name
+from orchestrator.kube.schema.names import (
+    is_dns1123_label,
+    is_dns1123_subdomain,
+    is_valid_port_name,
+)
 
 # -- defaults --------------------------------------------------------------------------------
 
@@ -272,7 +276,77 @@ def validate_pod_spec(spec: Any, path: str = "spec") -> list[Cause]:
                 if name in names:
                     causes.append(duplicate(f"{cpath}.name", name))
                 names.add(name)
+    _validate_dns(spec, path, causes)
     return causes
+
+
+MAX_DNS_NAMESERVERS = 3  # the resolver's limit (glibc MAXNS)
+MAX_DNS_SEARCHES = 32
+MAX_DNS_SEARCH_CHARS = 2048  # the search line, spaces included
+
+
+def _validate_dns(spec: Obj, path: str, causes: list[Cause]) -> None:
+    """dnsPolicy None needs a dnsConfig with a nameserver; dnsConfig's limits (Kubernetes'
+    validatePodDNSConfig): nameservers IPs, at most 3; searches DNS names, at most 32 and 2048
+    characters; options named."""
+    import ipaddress
+
+    config = spec.get("dnsConfig")
+    cpath = f"{path}.dnsConfig"
+    if spec.get("dnsPolicy") == "None" and not isinstance(config, dict):
+        causes.append(required(cpath, "must provide `dnsConfig` when `dnsPolicy` is None"))
+        return
+    if not isinstance(config, dict):
+        return
+    servers = config.get("nameservers") or []
+    if spec.get("dnsPolicy") == "None" and not servers:
+        causes.append(
+            required(
+                f"{cpath}.nameservers",
+                "must provide at least one DNS nameserver when `dnsPolicy` is None",
+            )
+        )
+    if isinstance(servers, list):
+        if len(servers) > MAX_DNS_NAMESERVERS:
+            causes.append(
+                invalid(
+                    f"{cpath}.nameservers",
+                    servers,
+                    f"must not have more than {MAX_DNS_NAMESERVERS} nameservers",
+                )
+            )
+        for i, ns in enumerate(servers):
+            try:
+                ipaddress.ip_address(str(ns))
+            except ValueError:
+                causes.append(invalid(f"{cpath}.nameservers[{i}]", ns, "must be valid IP address"))
+    searches = config.get("searches") or []
+    if isinstance(searches, list):
+        if len(searches) > MAX_DNS_SEARCHES:
+            causes.append(
+                invalid(
+                    f"{cpath}.searches",
+                    searches,
+                    f"must not have more than {MAX_DNS_SEARCHES} search paths",
+                )
+            )
+        if len(" ".join(str(s) for s in searches)) > MAX_DNS_SEARCH_CHARS:
+            causes.append(
+                invalid(
+                    f"{cpath}.searches",
+                    searches,
+                    f"must not have more than {MAX_DNS_SEARCH_CHARS} characters (including "
+                    "spaces) in the search list",
+                )
+            )
+        for i, s in enumerate(searches):
+            name = str(s)[:-1] if str(s).endswith(".") else str(s)
+            causes.extend(
+                invalid(f"{cpath}.searches[{i}]", s, m) for m in is_dns1123_subdomain(name)
+            )
+    for i, o in enumerate(config.get("options") or []):
+        if not isinstance(o, dict) or not o.get("name"):
+            causes.append(required(f"{cpath}.options[{i}].name"))
 
 
 def _tolerations_only_added(new: Any, old: Any) -> bool:
