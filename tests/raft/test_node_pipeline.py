@@ -75,8 +75,9 @@ class Recorder:
         return Applied([None] * len(entries))
 
     # PeerTransport
-    def send(self, m: Message) -> None:
-        self.log.append(("send", m.type.name))
+    def send_now(self, messages: list[Message]) -> None:
+        for m in messages:
+            self.log.append(("send", m.type.name))
         self.sent.set()
 
     def position(self, event: tuple[str, Any]) -> int:
