@@ -13,8 +13,8 @@ large read (`receive_size`), and decrypt again. `send_all` encrypts the whole bu
 cuts it into records) and hands the ciphertext to the socket in one `send_all`. So a read or a
 write costs one socket call and one yield however many records it spans. `send_nowait` does a
 write with no yield at all when the stream is idle (a lone Raft message, a lone answer): what
-the kernel does not take at once waits as a backlog that the next `send_all` or `flush` sends
-first.
+the kernel does not take at once waits as a backlog that the next `send_all` (even of b"") or
+`flush` sends first.
 
 Invariants and limits:
 - The handshake is explicit: callers `await do_handshake()` (bounded by them) before anything
@@ -131,7 +131,10 @@ class TLSStream(trio.abc.Stream):
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         self._check_ready()
         if not data:
-            await trio.lowlevel.checkpoint()
+            if self._backlog:
+                await self._flush()
+            else:
+                await trio.lowlevel.checkpoint()
             return
         try:
             self._ssl.write(data)
