@@ -16,7 +16,7 @@ committed an entry of its own term it does not know the real commit index, so re
 from __future__ import annotations
 
 from orchestrator.raft.core_state import CoreState, ReadRequest
-from orchestrator.raft.progress import Progress
+from orchestrator.raft.progress import Progress, ProgressState
 from orchestrator.raft.types import (
     NONE,
     Entry,
@@ -92,6 +92,12 @@ class ReplicationCore(CoreState):
         ents = log.slice(pr.next, log.last_index() + 1, self.cfg.max_msg_bytes)
         if not ents and not allow_empty:
             return False
+        if not ents and pr.state is ProgressState.REPLICATE and prev == pr.match:
+            # The follower acknowledged our whole log (it is durable there): all it can learn
+            # is the commit index, and its answer would tell us nothing. COMMIT is not answered.
+            self._send(Message(MsgType.COMMIT, to, self.id, self.term, commit=log.committed))
+            self.commits_queued = True
+            return True
         self._send(
             Message(
                 MsgType.APP,

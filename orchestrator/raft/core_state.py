@@ -86,6 +86,7 @@ class CoreState:
         self.prs: dict[NodeId, Progress] = {}
         self.votes: dict[NodeId, bool] = {}
         self.msgs: list[Message] = []
+        self.commits_queued = False  # msgs holds a COMMIT (ready() drops superseded ones)
         self.read_states: list[ReadState] = []
         self.notes: list[str] = []
         self.election_elapsed = 0

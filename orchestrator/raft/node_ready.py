@@ -118,7 +118,7 @@ class ReadyHandler(NodeState):
             if m.type is MsgType.SNAP:
                 m.snapshot = await self._current_snapshot()
                 snaps_sent.append(m.to)
-            self.transport.send(m)
+        self.transport.send_now(messages)
         return snaps_sent
 
     async def _current_snapshot(self) -> Snapshot:
@@ -200,8 +200,7 @@ class ReadyHandler(NodeState):
                 saving = steps.submit(self.storage.save, rd.hard_state, rd.entries)
                 applying = steps.submit(self.sm.apply, sm_entries)
                 await saving.result()
-                for m in rd.messages:
-                    self.transport.send(m)
+                self.transport.send_now(rd.messages)
                 applied = await applying.result()
         await self._applied(rd.committed, mine, applied)
         return send

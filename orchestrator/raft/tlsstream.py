@@ -11,7 +11,10 @@ trio's. `receive_some` decrypts everything already received (every complete reco
 `max_bytes`) in one go; only when there is nothing to return does it read the socket, with one
 large read (`receive_size`), and decrypt again. `send_all` encrypts the whole buffer (OpenSSL
 cuts it into records) and hands the ciphertext to the socket in one `send_all`. So a read or a
-write costs one socket call and one yield however many records it spans.
+write costs one socket call and one yield however many records it spans. `send_nowait` does a
+write with no yield at all when the stream is idle (a lone Raft message, a lone answer): what
+the kernel does not take at once waits as a backlog that the next `send_all` (even of b"") or
+`flush` sends first.
 
 Invariants and limits:
 - The handshake is explicit: callers `await do_handshake()` (bounded by them) before anything
@@ -35,6 +38,7 @@ Invariants and limits:
 from __future__ import annotations
 
 import contextlib
+import os
 import ssl
 from typing import Any
 
@@ -66,6 +70,7 @@ class TLSStream(trio.abc.Stream):
         self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=server_side)
         self._receive_size = receive_size
         self._send_lock = trio.StrictFIFOLock()
+        self._backlog = b""  # ciphertext a `send_nowait` could not hand to the kernel at once
         self._handshook = False
         self._broken = False
         self._closed = False
@@ -126,13 +131,65 @@ class TLSStream(trio.abc.Stream):
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         self._check_ready()
         if not data:
-            await trio.lowlevel.checkpoint()
+            if self._backlog:
+                await self._flush()
+            else:
+                await trio.lowlevel.checkpoint()
             return
         try:
             self._ssl.write(data)
         except ssl.SSLError as exc:
             self._broken = True
             raise trio.BrokenResourceError(f"TLS write failed: {exc}") from exc
+        await self._flush()
+
+    def send_nowait(self, data: bytes) -> bool:
+        """Encrypt `data` and hand the ciphertext to the kernel now, without yielding: for a
+        caller that would otherwise wake a writer task only for this (a task switch, and
+        trio's send yields once more after a send that succeeded at once).
+
+        Only when nothing else is being or waiting to be sent, and over a socket; returns
+        False, having sent nothing, otherwise. True: all of it is either in the kernel or, if
+        the kernel took only part, held here (`backlogged`), to go first with the next
+        `send_all` or `flush` (the caller must make sure one follows). A socket error marks
+        the stream broken and raises BrokenResourceError, as `send_all` would."""
+        sock = self.transport_stream
+        if (
+            not isinstance(sock, trio.SocketStream)
+            or self._send_lock.locked()
+            or self._backlog
+            or self._outgoing.pending
+            or not self._handshook
+            or self._broken
+            or self._closed
+            or not data
+        ):
+            return False
+        try:
+            self._ssl.write(data)
+        except ssl.SSLError as exc:
+            self._broken = True
+            raise trio.BrokenResourceError(f"TLS write failed: {exc}") from exc
+        ciphertext = self._outgoing.read()
+        try:
+            sent = os.write(sock.socket.fileno(), ciphertext)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self._broken = True
+            raise trio.BrokenResourceError(f"socket send failed: {exc}") from exc
+        if sent < len(ciphertext):
+            self._backlog = ciphertext[sent:]
+        return True
+
+    @property
+    def backlogged(self) -> bool:
+        """Ciphertext of a `send_nowait` is waiting for `flush` (or the next `send_all`)."""
+        return bool(self._backlog)
+
+    async def flush(self) -> None:
+        """Send whatever is waiting to be sent (a `send_nowait`'s backlog)."""
+        self._check_ready()
         await self._flush()
 
     async def wait_send_all_might_not_block(self) -> None:
@@ -144,7 +201,12 @@ class TLSStream(trio.abc.Stream):
             return
         self._closed = True
         try:
-            if self._handshook and not self._broken and not self._send_lock.locked():
+            if (
+                self._handshook
+                and not self._broken
+                and not self._send_lock.locked()
+                and not self._backlog
+            ):
                 with contextlib.suppress(ssl.SSLError):
                     self._ssl.unwrap()  # queues close_notify; the peer's is not awaited
                 if self._outgoing.pending:
@@ -203,9 +265,13 @@ class TLSStream(trio.abc.Stream):
         except trio.WouldBlock:
             await self._send_lock.acquire()
         try:
-            while self._outgoing.pending:
+            while self._backlog or self._outgoing.pending:
+                if self._backlog:
+                    data, self._backlog = self._backlog, b""
+                else:
+                    data = self._outgoing.read()
                 try:
-                    await self.transport_stream.send_all(self._outgoing.read())
+                    await self.transport_stream.send_all(data)
                 except BaseException:
                     self._broken = True  # some unknown part of the ciphertext went out
                     raise

@@ -35,7 +35,10 @@ Admission (the accepting side; a refused connection is closed, counted in
 Invariants:
 - `send` is synchronous and O(1) apart from fault planning: it routes by `msg.to` into that
   peer's bounded queue, or drops. Unknown peers, full queues and injected faults are counted in
-  `statistics()`.
+  `statistics()`. `send_now` is `send` for a batch, except that the messages for a peer whose
+  writer is idle are encoded and written (TLS only) from the caller's task without blocking;
+  they stay in order with the queue's (only an empty queue is bypassed), and a write that
+  fails is the writer's to report, as if it had failed there.
 - Everything reaching `inbound` was decoded by `decode_message`, is addressed to this node and
   comes from the node id that the connection announced in its hello. With `on_message` the
   messages go to that callback instead (called from the connection's task, no task in between:
@@ -104,7 +107,18 @@ log = logging.getLogger("orchestrator.raft.transport")
 class _Peer:
     """Per-peer sending state. The queue outlives connections; the scopes do not."""
 
-    __slots__ = ("addr", "conn_scope", "connected", "node_id", "nonempty", "queue", "scope", "wake")
+    __slots__ = (
+        "addr",
+        "conn_scope",
+        "connected",
+        "idle",
+        "node_id",
+        "nonempty",
+        "queue",
+        "scope",
+        "send_error",
+        "wake",
+    )
 
     def __init__(self, node_id: NodeId, addr: Address) -> None:
         self.node_id = node_id
@@ -115,6 +129,10 @@ class _Peer:
         self.scope: trio.CancelScope | None = None  # the sender task; None if not running
         self.conn_scope: trio.CancelScope | None = None  # the current connection attempt
         self.connected = False
+        # The connection's TLS stream while its writer waits with nothing queued and has not
+        # been woken: `send_now` may write to it from the caller's task. None otherwise.
+        self.idle: TLSStream | None = None
+        self.send_error: BaseException | None = None  # a `send_now` write failed: the writer ends
 
 
 class PeerTransport(InboundPeers):
@@ -242,6 +260,31 @@ class PeerTransport(InboundPeers):
             else:
                 self._schedule(delay, msg)
 
+    def send_now(self, messages: list[Message]) -> None:
+        """`send` each message; to a peer whose connection is idle (its writer waiting with an
+        empty queue) the messages are written at once, from the caller's task, as one TLS
+        write: no writer task is woken (a lone write's messages cost a task switch and a yield
+        each that way). Never blocks: what the kernel does not take at once is left to the
+        writer."""
+        if self.faults is not None:
+            for m in messages:
+                self.send(m)
+            return
+        ready: list[_Peer] = []
+        for m in messages:
+            peer = self._peers.get(m.to)
+            if peer is None or peer.idle is None:
+                self.send(m)
+                continue
+            if len(peer.queue) >= self.queue_size:
+                self._dropped_queue_full += 1
+                continue
+            if not peer.queue:
+                ready.append(peer)
+            peer.queue.append(m)
+        for peer in ready:
+            self._write_now(peer)
+
     def set_peer(self, node_id: NodeId, addr: Address) -> None:
         """Add a peer, or change its address (its connection is re-established at once)."""
         if node_id == self.node_id:
@@ -304,6 +347,32 @@ class PeerTransport(InboundPeers):
             return
         peer.queue.append(msg)
         peer.nonempty.set()
+        peer.idle = None  # the writer is woken: it writes from now on
+
+    def _write_now(self, peer: _Peer) -> None:
+        """Write `peer`'s queue to its idle connection from this task (`send_now`)."""
+        stream = peer.idle
+        assert stream is not None
+        batch = list(peer.queue)
+        data, count = self._encode_batch(batch)
+        try:
+            written = stream.send_nowait(data) if count else True
+        except CONN_ERRORS as exc:
+            self._dropped_send_failed += count
+            peer.queue.clear()
+            peer.send_error = exc
+            peer.nonempty.set()  # the writer reports the lost connection and ends it
+            peer.idle = None
+            return
+        if not written:  # busy after all (a read is answering a TLS key update): the writer
+            peer.nonempty.set()
+            peer.idle = None
+            return
+        peer.queue.clear()
+        self._sent += count
+        if stream.backlogged:  # the kernel took only part of it: the writer sends the rest
+            peer.nonempty.set()
+            peer.idle = None
 
     def _schedule(self, delay: float, msg: Message) -> None:
         if len(self._delayed) >= self.queue_size:
@@ -467,11 +536,28 @@ class PeerTransport(InboundPeers):
         return None
 
     async def _write_loop(self, peer: _Peer, stream: trio.abc.Stream) -> None:
-        """Write queued messages until the connection fails (then return) or is cancelled."""
+        """Write queued messages until the connection fails (then return) or is cancelled.
+        While it waits with nothing queued, `send_now` may write to a TLS stream directly."""
+        direct = stream if isinstance(stream, TLSStream) else None
+        peer.send_error = None
         while True:
             while not peer.queue:
+                if peer.send_error is not None:
+                    self._lost_while_sending(peer, peer.send_error)
+                    return
+                if direct is not None and direct.backlogged:
+                    try:
+                        await direct.flush()
+                    except CONN_ERRORS as exc:
+                        self._lost_while_sending(peer, exc)
+                        return
+                    continue
                 peer.nonempty = trio.Event()
-                await peer.nonempty.wait()
+                peer.idle = direct
+                try:
+                    await peer.nonempty.wait()
+                finally:
+                    peer.idle = None
             # Batching: everything queued goes out in one send_all, i.e. few syscalls under load.
             batch = list(peer.queue)
             peer.queue.clear()
@@ -483,21 +569,24 @@ class PeerTransport(InboundPeers):
                 await stream.send_all(data)
                 written = True
             except CONN_ERRORS as exc:
-                log.info(
-                    "node %d: connection to peer %d lost while sending: %s",
-                    self.node_id,
-                    peer.node_id,
-                    exc,
-                )
-                # Not for our own close, nor for a TLS alert (alive, but refusing our certificate).
-                if not isinstance(exc, trio.ClosedResourceError) and tls_alert(exc) is None:
-                    self._peer_down(peer.node_id)
+                self._lost_while_sending(peer, exc)
                 return
             finally:
                 if written:
                     self._sent += count
                 else:  # includes cancellation: the batch is gone either way
                     self._dropped_send_failed += count
+
+    def _lost_while_sending(self, peer: _Peer, exc: BaseException) -> None:
+        log.info(
+            "node %d: connection to peer %d lost while sending: %s",
+            self.node_id,
+            peer.node_id,
+            exc,
+        )
+        # Not for our own close, nor for a TLS alert (alive, but refusing our certificate).
+        if not isinstance(exc, trio.ClosedResourceError) and tls_alert(exc) is None:
+            self._peer_down(peer.node_id)
 
     def _encode_batch(self, batch: list[Message]) -> tuple[bytes, int]:
         frames: list[bytes] = []

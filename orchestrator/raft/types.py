@@ -35,6 +35,10 @@ class MsgType(IntEnum):
     READ_INDEX = 11  # follower asks the leader for a read index (context identifies the read)
     READ_INDEX_RESP = 12
     PROP = 13  # a follower forwards proposals (entries carry only data) to the leader
+    # The leader's new commit index for a follower known to hold the leader's whole log (sent
+    # instead of an AppendEntries without entries). Not answered: the answer would tell the
+    # leader nothing it does not know (heartbeats keep checking that the follower is alive).
+    COMMIT = 14
 
 
 class EntryType(IntEnum):

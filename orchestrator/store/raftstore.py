@@ -317,7 +317,9 @@ class RaftStore:
 
     async def _expire(self) -> None:
         """Fail each pending write's waiter at its deadline (see `_write`). Wakes at most about
-        every 10 ms under load: a write may give up up to that much after its deadline."""
+        every 10 ms under load: a write may give up up to that much after its deadline; and
+        only for a write still pending (one that finished is dropped when it reaches the top
+        of the heap)."""
         heap = self._deadlines
         while True:
             # `_write` moves this scope's deadline earlier if a new write's deadline comes first.
@@ -339,6 +341,11 @@ class RaftStore:
                 RAFT_PROPOSALS_FAILED.inc()  # no quorum in time: outcome unknown
             for item in later:
                 heapq.heappush(heap, item)
+            # Writes that finished are dropped from the top now, not one wake-up each at their
+            # deadlines: serial writes (each done long before the next one's deadline) would
+            # otherwise wake this task once per write, 10 ms apart.
+            while heap and heap[0][2] is None:
+                heapq.heappop(heap)
 
     async def _write(self, what: str, command: bytes) -> Any:
         """`_with_quorum(what, lambda: node.propose(command))`, with the same retries and the

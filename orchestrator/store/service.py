@@ -34,7 +34,9 @@ removed member's certificate reads no key of the store. A refused connection get
 per remote host and reason. Without `tls` (in-process tests and benchmarks only) the port is
 plain TCP and unauthenticated. The TLS layer is `raft.tlsstream.TLSStream`: each read of a
 connection decrypts every request received so far (`_READ_SIZE` per socket read), and the
-answers gathered by the connection's writer go out as one encrypted send.
+answers gathered by the connection's writer go out as one encrypted send; an answer to a
+fast-path write that finds the writer idle is sent at once from the task that resolved it (the
+Raft loop), without waking the writer (`TLSStream.send_nowait`).
 
 Invariants: a bad frame or an unknown op is answered with "error" (or, for an unreadable frame,
 the connection is closed) and changes nothing; "ok" for a write means it is committed and
@@ -236,6 +238,7 @@ class ClientService:
         # and every request task have closed theirs, so no answer is cut off.
         send_q, recv_q = trio.open_memory_channel[bytes](MAX_IN_FLIGHT_PER_CONN)
         limiter = trio.CapacityLimiter(MAX_IN_FLIGHT_PER_CONN)
+        now = self._sender_now(stream, recv_q)
         try:
             async with stream, trio.open_nursery() as nursery:
                 nursery.start_soon(self._writer, stream, recv_q)
@@ -256,7 +259,7 @@ class ClientService:
                                     limiter.acquire_on_behalf_of_nowait(frame)
                                 except trio.WouldBlock:
                                     await limiter.acquire_on_behalf_of(frame)
-                                if not self._fast_write(frame, send_q, limiter, nursery):
+                                if not self._fast_write(frame, send_q, limiter, nursery, now):
                                     nursery.start_soon(self._handle, frame, send_q.clone(), limiter)
         except* (OSError, trio.BrokenResourceError, trio.ClosedResourceError, FramingError) as eg:
             log.debug("client connection closed: %s", eg.exceptions[0])
@@ -264,12 +267,38 @@ class ClientService:
             # A bug in serving one connection must not take the server down.
             log.exception("error while serving a client connection")
 
+    @staticmethod
+    def _sender_now(
+        stream: trio.abc.Stream, recv_q: trio.MemoryReceiveChannel[bytes]
+    ) -> Callable[[bytes], bytes | None]:
+        """A function that sends an answer at once from the caller's task when the connection's
+        writer is idle (waiting on an empty queue; TLS only), instead of waking the writer.
+        It returns what the caller must still queue for the writer: None (nothing), the answer
+        (not sent), or b"" (sent, but the kernel took only part: the writer, woken by it, sends
+        the rest, as `TLSStream.send_all` flushes first)."""
+        if not isinstance(stream, TLSStream):
+            return lambda answer: answer
+
+        def now(answer: bytes) -> bytes | None:
+            st = recv_q.statistics()
+            if st.current_buffer_used or not st.tasks_waiting_receive:
+                return answer
+            try:
+                if not stream.send_nowait(answer):
+                    return answer
+            except trio.BrokenResourceError:
+                return None  # the connection is gone, and the answer with it (the reader ends)
+            return b"" if stream.backlogged else None
+
+        return now
+
     def _fast_write(
         self,
         frame: bytes,
         send_q: trio.MemorySendChannel[bytes],
         limiter: trio.CapacityLimiter,
         nursery: trio.Nursery,
+        send_now: Callable[[bytes], bytes | None],
     ) -> bool:
         """Serve a well-formed put/update/create without a task: the answer is sent from the
         write's callback (one of the larger per-write costs on the leader was the task and its
@@ -308,8 +337,10 @@ class ClientService:
                 status, out = "error", str(error)
             else:
                 status, out = "ok", True if op == "put" else kv_wire(result.kv)
-            with suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-                q.send_nowait(encode_frame(msgpack.packb([rid, status, out])))
+            queued = send_now(encode_frame(msgpack.packb([rid, status, out])))
+            if queued is not None:
+                with suppress(trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                    q.send_nowait(queued)
             q.close()
             limiter.release_on_behalf_of(frame)
 

@@ -83,7 +83,7 @@ def describe_message(m: Message) -> str:
     parts = [f"{m.frm}->{m.to}", t.name, f"term={m.term}"]
     if t in (MsgType.APP, MsgType.VOTE, MsgType.PRE_VOTE):
         parts.append(f"log={m.log_term}/{m.index}")
-    if t in (MsgType.APP, MsgType.HEARTBEAT):
+    if t in (MsgType.APP, MsgType.HEARTBEAT, MsgType.COMMIT):
         parts.append(f"commit={m.commit}")
     if t is MsgType.APP and m.entries:
         parts.append("entries=[" + " ".join(describe_entry(e, data=False) for e in m.entries) + "]")

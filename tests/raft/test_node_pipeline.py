@@ -75,8 +75,9 @@ class Recorder:
         return Applied([None] * len(entries))
 
     # PeerTransport
-    def send(self, m: Message) -> None:
-        self.log.append(("send", m.type.name))
+    def send_now(self, messages: list[Message]) -> None:
+        for m in messages:
+            self.log.append(("send", m.type.name))
         self.sent.set()
 
     def position(self, event: tuple[str, Any]) -> int:
@@ -168,6 +169,7 @@ async def test_a_leader_answers_while_its_new_entries_are_persisted(tmp_path: Pa
                 rec.open_gates()
     sends = len(rd.messages)  # to the followers, before the leader's own persist
     assert sends > 0
+    # a's commit rides on c's append: one message per follower.
     assert rec.log[:sends] == [("send", "APP")] * sends
     assert rec.log[sends:] == [
         ("apply", [a_index]),
@@ -248,8 +250,13 @@ async def test_a_ready_that_only_commits_is_not_saved_and_applies_on_the_event_l
     with trio.fail_after(30):
         await node._handle_ready(rd)
         await waiter.wait()
-    sends = len(rd.messages)  # the new commit index, to the followers
-    assert rec.log == [("send", "APP")] * sends + [("apply_now", [a_index])]
+    # The new commit index, to the followers: COMMIT to one that acknowledged the whole log
+    # (not answered), an append without entries to one whose acknowledgement is on its way.
+    assert {m.type for m in rd.messages} <= {MsgType.COMMIT, MsgType.APP}
+    assert MsgType.COMMIT in {m.type for m in rd.messages}
+    assert not any(m.entries for m in rd.messages)
+    sent = [("send", m.type.name) for m in rd.messages]
+    assert rec.log == [*sent, ("apply_now", [a_index])]
     assert node.applied_index() == a_index
 
 

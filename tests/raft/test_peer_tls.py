@@ -107,6 +107,26 @@ async def test_members_talk_over_mutual_tls(tmp_path: Path) -> None:
             assert a.statistics().refused == b.statistics().refused == 0
 
 
+async def test_send_now_writes_to_an_idle_connection_in_order(tmp_path: Path) -> None:
+    """`send_now` writes from the caller's task when the peer's writer is idle, and keeps the
+    order with what goes through the writer's queue."""
+    with trio.fail_after(20):
+        a, b = node(tmp_path, 1), node(tmp_path, 2)
+        async with running(a, b):
+            a.set_peer(2, (LOCAL, b.port))
+            b.set_peer(1, (LOCAL, a.port))
+            a.send(msg(1, 2, term=1))
+            assert (await b.inbound.receive()).term == 1
+            await eventually(lambda: a._peers[2].idle is not None)
+            a.send_now([msg(1, 2, term=2), msg(1, 2, term=3)])
+            assert not a._peers[2].queue  # written, not queued
+            assert a.statistics().sent == 3
+            a.send(msg(1, 2, term=4))  # wakes the writer: the next batch is queued behind it
+            a.send_now([msg(1, 2, term=5)])
+            assert a._peers[2].idle is None
+            assert [(await b.inbound.receive()).term for _ in range(4)] == [2, 3, 4, 5]
+
+
 @pytest.mark.parametrize("who", ["no certificate", "another CA", "agent", "other node's id"])
 async def test_the_peer_port_refuses(tmp_path: Path, who: str) -> None:
     with trio.fail_after(20):

@@ -131,3 +131,48 @@ async def test_use_before_the_handshake_is_a_bug(tmp_path: Path) -> None:
     a, _ = trio.testing.memory_stream_pair()
     with pytest.raises(RuntimeError):
         await TLSStream(a, server_ctx, server_side=True).receive_some()
+
+
+async def test_send_nowait_writes_at_once_and_backlogs_what_the_kernel_refuses(
+    tmp_path: Path,
+) -> None:
+    """Over a socket: a small write goes to the kernel with no yield; a write larger than the
+    socket's buffer leaves a backlog, which `flush` (or the next `send_all`) sends first, in
+    order. Not over anything else, nor while a backlog waits."""
+    server_ctx, client_ctx = _contexts(tmp_path)
+    with trio.fail_after(10):
+        a, b = trio.socket.socketpair()
+        client = TLSStream(trio.SocketStream(a), client_ctx, server_side=False)
+        server = TLSStream(trio.SocketStream(b), server_ctx, server_side=True)
+        async with client, server:
+            await _send_nowait_over(client, server)
+
+        memory, _, _, _, _ = await _pair(tmp_path / "m")
+        assert not memory.send_nowait(b"x")  # not a socket: the caller's writer sends it
+
+
+async def _send_nowait_over(client: TLSStream, server: TLSStream) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.do_handshake)
+        nursery.start_soon(server.do_handshake)
+    assert client.send_nowait(b"hello")
+    assert not client.backlogged
+    assert await server.receive_some() == b"hello"
+
+    big = bytes(range(256)) * 16384  # 4 MiB: more than a socket buffer takes at once
+    assert client.send_nowait(big)
+    assert client.backlogged
+    assert not client.send_nowait(b"x")  # nothing overtakes the backlog
+
+    got = bytearray()
+
+    async def read(n: int) -> None:
+        while len(got) < n:
+            got.extend(await server.receive_some())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read, len(big) + 3)
+        await client.flush()
+        assert not client.backlogged
+        await client.send_all(b"end")
+    assert bytes(got) == big + b"end"
