@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, cast
 import trio
 
 from orchestrator.agent.localstore import LocalStore
-from orchestrator.agent.net.clusterview import ClusterView, SnapshotView
+from orchestrator.agent.net.clusterview import BoundView, ClusterView
 from orchestrator.agent.net.poddns import PodDNS
 from orchestrator.agent.node import HostFacts, NodeReporter, NodeReporterOptions, host_facts
 from orchestrator.agent.podcontext import WorkerContext, WorkerOptions
@@ -95,8 +95,9 @@ class AgentOptions:
     worker: WorkerOptions = field(default_factory=WorkerOptions)
     service_cache: bool = False  # run `Agent.services` (the node proxy and DNS need it)
     dns: PodDNS | None = None  # pods' resolv.conf (--cluster-dns...); None: the runtime's
-    # Services and EndpointSlices (the Service cache) for pods' env vars; empty until wired
-    cluster: ClusterView = field(default_factory=SnapshotView)
+    # Services and EndpointSlices for pods' env vars and the node DNS: bound to the Service
+    # cache when `service_cache` runs, else empty
+    cluster: ClusterView = field(default_factory=BoundView)
 
 
 class ObjectCache:
@@ -244,10 +245,12 @@ class Agent:
                 nursery.start_soon(self.events.run)
                 await nursery.start(self.reporter.run)
                 if self.opts.service_cache:
-                    from orchestrator.agent.net.svccache import ServiceCache
+                    from orchestrator.agent.net.svccache import ServiceCache, ServiceCacheView
 
                     self.services = ServiceCache(self.client, store)
                     await nursery.start(self.services.run)  # the stored copy, never the API
+                    if isinstance(self.opts.cluster, BoundView):  # DNS and pods read it
+                        self.opts.cluster.bind(ServiceCacheView(self.services))
                 for stored in await store.pods():
                     self._ensure_worker(stored.pod)
                 log.info(

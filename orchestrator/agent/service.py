@@ -275,7 +275,8 @@ async def run_embedded(
         kubelet_port=0,
         lease_duration=config.lease_duration,
         renew_interval=config.renew_interval,
-        service_cache=config.proxy and kind == "containerd",
+        # the node proxy, the node DNS and the pods' Service variables read it
+        service_cache=kind == "containerd" and (config.proxy or config.node_dns is not None),
         dns=config.pod_dns,
     )
     agent = Agent(node_client(api.api, name), runtime, options)
@@ -291,7 +292,7 @@ async def run_embedded(
             agent.reporter.opts.kubelet_port = options.kubelet_port
             await start_node_dns(nursery, options, config.node_dns)
             await nursery.start(agent.run)
-            if options.service_cache:
+            if options.service_cache and config.proxy:
                 await start_proxy(nursery, agent, proxy_config(name, None))
             log.info("node agent %s running (runtime %s)", name, kind)
             task_status.started()
@@ -504,7 +505,8 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
         node_ip=node_ip,
         kubelet_port=0,  # until the log endpoint listens
         renew_interval=args.lease_renew_interval,
-        service_cache=proxy_on,
+        # the node proxy, the node DNS and the pods' Service variables read it
+        service_cache=kind == "containerd" or dns is not None,
         dns=pod_dns,
     )
     notifier = Notifier.from_env()

@@ -3,9 +3,11 @@
 
 The agent's Service cache (`agent.net.svccache`, fed by informers and kept in the local store
 for outages) is the real source; this module only states the small protocol both sides meet
-at, plus `SnapshotView`, a plain in-memory implementation for tests, the simulated runtime and
-an agent whose cache is not wired yet (then it is empty: pods get only their own env, DNS
-answers NXDOMAIN inside the cluster domain and forwards the rest).
+at, plus `SnapshotView`, a plain in-memory implementation for tests, and `BoundView`, which
+the agent hands to its DNS server and pod workers before it opens its Service cache and binds
+to that cache's view (`svccache.ServiceCacheView`) once open. Until bound (an agent without the
+cache: the simulated runtime) it is empty: pods get only their own env, DNS answers NXDOMAIN
+inside the cluster domain and forwards the rest.
 
 Invariants: `generation` changes whenever what `services()` or `endpoint_slices()` return
 changes (readers rebuild their indexes only then); the mappings returned are not mutated
@@ -19,7 +21,7 @@ from typing import Protocol
 
 from orchestrator.kube.objects import Obj
 
-__all__ = ["SERVICE_NAME_LABEL", "ClusterView", "ServiceKey", "SnapshotView"]
+__all__ = ["SERVICE_NAME_LABEL", "BoundView", "ClusterView", "ServiceKey", "SnapshotView"]
 
 ServiceKey = tuple[str, str]  # (namespace, name)
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # an EndpointSlice's owning Service
@@ -113,3 +115,26 @@ class SnapshotView:
     def _publish(self) -> None:
         self._slice_view = {k: tuple(v.values()) for k, v in self._slices.items() if v}
         self._generation += 1
+
+
+class BoundView:
+    """A `ClusterView` that reads another one bound later (`bind`), and is empty before.
+    `generation` stays increasing across the bind."""
+
+    def __init__(self) -> None:
+        self._source: ClusterView = SnapshotView()
+        self._base = 0
+
+    def bind(self, source: ClusterView) -> None:
+        self._base = self.generation + 1
+        self._source = source
+
+    @property
+    def generation(self) -> int:
+        return self._base + self._source.generation
+
+    def services(self) -> Mapping[ServiceKey, Obj]:
+        return self._source.services()
+
+    def endpoint_slices(self) -> Mapping[ServiceKey, Sequence[Obj]]:
+        return self._source.endpoint_slices()

@@ -25,6 +25,9 @@ copy before modifying):
   to the API's, or `version` is older than the last `CHANGE_LOG` changes): read everything;
 * `restored` / `synced(kind)`: the stored copy is loaded / a kind's informer has listed once.
 
+`ServiceCacheView` presents the cache as the `clusterview.ClusterView` the DNS server and the
+pods' Service variables read (mappings by Service, rebuilt when `version` moved).
+
 Invariants: readers never see a mix of stored and live objects of one kind; the store holds
 what the readers of a synced kind saw at the last flush.
 """
@@ -38,6 +41,7 @@ from collections.abc import Callable
 import trio
 
 from orchestrator.agent.localstore import LocalStore
+from orchestrator.agent.net.clusterview import SERVICE_NAME_LABEL, ServiceKey
 from orchestrator.client.resource import ENDPOINT_SLICES, NODES, SERVICES, ResourceInfo
 from orchestrator.controllers.runtime.client import Client
 from orchestrator.controllers.runtime.informer import (
@@ -50,11 +54,10 @@ from orchestrator.controllers.runtime.informer import (
 from orchestrator.kube.objects import Obj
 from orchestrator.metrics import REGISTRY, Registry
 
-__all__ = ["SERVICE_NAME_LABEL", "ServiceCache"]
+__all__ = ["SERVICE_NAME_LABEL", "ServiceCache", "ServiceCacheView"]
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 FLUSH_INTERVAL = 1.0  # seconds between writes of changed objects to the local store
 CHANGE_LOG = 4096  # changes remembered for `changes_since`
 SERVICE_INDEX = "service"  # EndpointSlice informer index: "namespace/service name"
@@ -270,3 +273,43 @@ def _slice_service(sl: Obj) -> list[str]:
 
 def _deleted_key(obj: Obj | DeletedFinalStateUnknown) -> str:
     return obj.key if isinstance(obj, DeletedFinalStateUnknown) else object_key(obj)
+
+
+class ServiceCacheView:
+    """`ServiceCache` as a `ClusterView`: Services and their slices by (namespace, name),
+    rebuilt on the first read after the cache's version moved."""
+
+    def __init__(self, cache: ServiceCache) -> None:
+        self._cache = cache
+        self._at = -1
+        self._services: dict[ServiceKey, Obj] = {}
+        self._slices: dict[ServiceKey, tuple[Obj, ...]] = {}
+
+    @property
+    def generation(self) -> int:
+        return self._cache.version
+
+    def _refresh(self) -> None:
+        if self._at == self._cache.version:
+            return
+        self._at = self._cache.version
+        self._services = {_key(s): s for s in self._cache.services()}
+        slices: dict[ServiceKey, list[Obj]] = {}
+        for sl in self._cache.slices():
+            for value in _slice_service(sl):
+                ns, _, owner = value.partition("/")
+                slices.setdefault((ns, owner), []).append(sl)
+        self._slices = {k: tuple(v) for k, v in slices.items()}
+
+    def services(self) -> dict[ServiceKey, Obj]:
+        self._refresh()
+        return self._services
+
+    def endpoint_slices(self) -> dict[ServiceKey, tuple[Obj, ...]]:
+        self._refresh()
+        return self._slices
+
+
+def _key(obj: Obj) -> ServiceKey:
+    m = obj.get("metadata") or {}
+    return str(m.get("namespace") or ""), str(m.get("name") or "")
