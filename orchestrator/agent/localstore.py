@@ -17,7 +17,9 @@ it (KubeEdge's MetaManager order). Then:
 Tables: `pods(uid PK, namespace, name, body)` — the last pod object seen, JSON, without its
 `metadata.managedFields` (which nothing here reads: about half of a pod's bytes);
 `objects(kind, namespace, name PK, body)` — ConfigMaps and Secrets (Secret data stays base64,
-as in the API). (Databases written by older agents also hold an unused `meta` table.)
+as in the API), and what other agent parts keep for outages and reboots under kinds of their
+own (`NodeNet`: the pod network's last known Nodes, see `agent/net/podnet.py`). (Databases
+written by older agents also hold an unused `meta` table.)
 
 Invariants: one `DbThread` serializes every call (no lock needed); each write is one
 transaction; the database file is mode 0600 (it holds Secrets); `synchronous=FULL`: a pod that
@@ -191,12 +193,26 @@ class LocalStore:
 
         await self._db.run(_delete)
 
-    async def prune_objects(self, keep: set[tuple[str, str, str]]) -> int:
-        """Forget the ConfigMaps/Secrets not in `keep` ((kind, namespace, name)); how many."""
+    async def list_objects(self, kind: str) -> list[Obj]:
+        """Every stored object of `kind`, by namespace and name."""
+
+        def _list() -> list[Obj]:
+            rows = self._conn.execute(
+                "SELECT body FROM objects WHERE kind=? ORDER BY namespace, name", (kind,)
+            ).fetchall()
+            return [json.loads(r[0]) for r in rows]
+
+        return await self._db.run(_list)
+
+    async def prune_objects(
+        self, keep: set[tuple[str, str, str]], kinds: tuple[str, ...] = ("ConfigMap", "Secret")
+    ) -> int:
+        """Forget the objects of `kinds` not in `keep` ((kind, namespace, name)); how many.
+        Other kinds belong to other parts of the agent and are left alone."""
 
         def _prune() -> int:
             rows = self._conn.execute("SELECT kind, namespace, name FROM objects").fetchall()
-            gone = [tuple(r) for r in rows if tuple(r) not in keep]
+            gone = [tuple(r) for r in rows if r[0] in kinds and tuple(r) not in keep]
             if gone:
                 with self._conn:
                     self._conn.execute("BEGIN IMMEDIATE")
