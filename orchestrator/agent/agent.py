@@ -19,7 +19,9 @@ Theory of operation
   whose sandboxes/containers changed is poked; sandboxes and containers labelled as this
   agent's but belonging to no known pod are stopped and removed (strays from a crash, or pods
   deleted while the agent was down), and pod directories of unknown pods are removed;
-* the `EventRecorder` for the workers' Events (best effort: dropped while offline).
+* the `EventRecorder` for the workers' Events (best effort: dropped while offline);
+* the node's other components (`AgentOptions.components`: e.g. the pod network, `agent/net/`),
+  each made from the local store and started after the restore, before `started`.
 
 ConfigMaps and Secrets are read through `ObjectCache`: from the API while connected (each copy
 is also written to the local store), from the local store otherwise.
@@ -38,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import trio
 
@@ -56,7 +58,7 @@ from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.observability import TimedRuntime
 
-__all__ = ["Agent", "AgentOptions", "ObjectCache"]
+__all__ = ["Agent", "AgentOptions", "Component", "ObjectCache"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,12 @@ SOURCE_BACKOFF_INITIAL = 0.5
 SOURCE_BACKOFF_MAX = 10.0
 WATCH_TIMEOUT = 300.0
 _FINISHED_MEMORY = 4096
+
+
+class Component(Protocol):
+    """A long-lived part of the node beside the pods (the pod network, ...)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
 
 
 @dataclass
@@ -86,6 +94,8 @@ class AgentOptions:
     status_interval: float = 10.0
     report_interval: float = 300.0
     worker: WorkerOptions = field(default_factory=WorkerOptions)
+    # made from the local store and run beside the pods (module doc)
+    components: list[Callable[[LocalStore], Component]] = field(default_factory=list)
 
 
 class ObjectCache:
@@ -235,6 +245,8 @@ class Agent:
                     "agent %s: restored %d pods from the local store", self.name, len(self.workers)
                 )
                 self.restored.set()
+                for make in self.opts.components:
+                    await nursery.start(make(store).run)
                 nursery.start_soon(self._relist_loop)
                 nursery.start_soon(self._source_loop)
                 task_status.started()

@@ -5,7 +5,8 @@ Standalone::
     orchestrator agent --server https://10.0.0.1:6443[,URL...] --token TOKEN \\
         --data-dir /var/lib/agent [--ca-file ca.crt | --kubeconfig node.yaml] \\
         [--runtime auto|containerd|simulated] [--containerd-socket PATH] [--node-name NAME] \\
-        [--node-ip IP] [--labels k=v,...] [--kubelet-port PORT]
+        [--node-ip IP] [--labels k=v,...] [--kubelet-port PORT] [--cluster-cidr CIDR]
+        [--flannel-backend vxlan|host-gw|none] [--cni-conf-dir DIR] [--cni-bin-dir DIR]
 
 The agent runs as a node (user `system:node:<name>`, group `system:nodes`), so NodeRestriction
 confines it to its own Node, Lease and pods. `--token` is either a join token from `orchestrator
@@ -50,6 +51,14 @@ within `PROBE_TIMEOUT`; otherwise the in-memory simulated runtime, with a WARNIN
 but no process starts) and the Node labelled `orchestrator.dev/runtime=simulated` (as with
 `--runtime simulated`), so nobody mistakes such a node for a real one.
 
+Pod network (`agent/net/podnet.py`, k3s's flags): the agent follows the Nodes, hands its
+node's podCIDR to the runtime (CRI `UpdateRuntimeConfig`), and on containerd also writes the
+CNI conflist into `--cni-conf-dir` (default /etc/cni/net.d), programs the routes to the other
+nodes' podCIDRs with `--flannel-backend` (vxlan, the default, or host-gw; none: the user brings
+the network) and masquerades traffic leaving `--cluster-cidr` (default 10.42.0.0/16). On the
+simulated runtime only the podCIDR handover runs (its pods have no network to program). The
+embedded agent runs it when `AgentConfig.network` is set.
+
 Under systemd (`orchestrator install-service agent`): READY=1 once the agent runs and the
 container runtime answers (never gated on the server), STATUS= with the connection state,
 WATCHDOG=1 from the trio loop, STOPPING=1 on SIGTERM, SIGHUP reloads the log level.
@@ -79,6 +88,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from orchestrator.agent.agent import Agent, AgentOptions
+from orchestrator.agent.net.flags import (
+    DEFAULT_CNI_BIN_DIR,
+    DEFAULT_CNI_CONF_DIR,
+    add_podnet_flags,
+    network_settings,
+    pod_network,
+)
 from orchestrator.agent.podcontext import WorkerOptions
 from orchestrator.config import ListOption
 from orchestrator.cri.runtime import RuntimeService
@@ -91,6 +107,7 @@ if TYPE_CHECKING:
     from orchestrator.apiserver.server import ApiServer
     from orchestrator.client.config import ClientConfig
     from orchestrator.client.endpoints import EndpointSet
+    from orchestrator.network.settings import NetworkSettings
     from orchestrator.security.pki import Pki
 
 __all__ = [
@@ -157,6 +174,11 @@ class AgentConfig:
     worker: WorkerOptions = field(default_factory=WorkerOptions)  # tests shorten back-offs
     lease_duration: int = 40  # the node Lease's (seconds; the kubelet's default)
     renew_interval: float = 10.0  # seconds between Lease renewals
+    # the pod network (module doc); None: not run (the server sets it from its own flags)
+    network: NetworkSettings | None = None
+    flannel_backend: str = "vxlan"
+    cni_conf_dir: Path | None = Path(DEFAULT_CNI_CONF_DIR)
+    cni_bin_dir: Path = Path(DEFAULT_CNI_BIN_DIR)
 
 
 RUNTIMES = ("auto", "containerd", "simulated")
@@ -258,6 +280,20 @@ async def run_embedded(
         renew_interval=config.renew_interval,
     )
     agent = Agent(node_client(api.api, name), runtime, options)
+    if config.network is not None:
+        options.components.append(
+            pod_network(
+                config.network,
+                config.flannel_backend,
+                name,
+                node_ip,
+                kind,
+                client=agent.client,
+                runtime=agent.runtime,
+                cni_conf_dir=config.cni_conf_dir,
+                cni_bin_dir=config.cni_bin_dir,
+            )
+        )
     try:
         async with trio.open_nursery() as nursery:
             if api.pki is not None:
@@ -347,6 +383,7 @@ def add_parser(sub: Any) -> None:
         "servers' --node-monitor-grace-period",
     )
     add_kubelet_port(a)
+    add_podnet_flags(a)
 
 
 def add_kubelet_port(parser: argparse.ArgumentParser) -> None:
@@ -440,7 +477,7 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     name = args.node_name or default_node_name()
     node_ip = args.node_ip or default_ip()  # reported as InternalIP and listened on
     labels = dict(args.labels)
-    _kind, runtime = await choose_runtime(args.runtime, args.containerd_socket, labels)
+    kind, runtime = await choose_runtime(args.runtime, args.containerd_socket, labels)
     options = AgentOptions(
         name,
         args.data_dir,
@@ -462,6 +499,19 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                 endpoints=endpoints,
             ) as rest:
                 agent = Agent(HttpClient(rest, field_manager="kubelet"), runtime, options)
+                options.components.append(
+                    pod_network(
+                        network_settings(args),
+                        args.flannel_backend,
+                        name,
+                        node_ip,
+                        kind,
+                        client=agent.client,
+                        runtime=agent.runtime,
+                        cni_conf_dir=args.cni_conf_dir,
+                        cni_bin_dir=args.cni_bin_dir,
+                    )
+                )
                 async with trio.open_nursery() as nursery:
                     await nursery.start(watchdog_task, notifier)
                     await nursery.start(ServerLearner(rest, endpoints, args.data_dir).run)

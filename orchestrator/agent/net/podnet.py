@@ -35,9 +35,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
-from pyroute2.netlink.exceptions import NetlinkError
 
 from orchestrator.agent.localstore import LocalStore
 from orchestrator.agent.net import cniconf, masq
@@ -49,13 +49,15 @@ from orchestrator.agent.net.routeplan import (
     node_net,
     plan,
 )
-from orchestrator.agent.net.routes import NetlinkThread, RouteDriver
 from orchestrator.client.resource import NODES
 from orchestrator.controllers.runtime import Client
 from orchestrator.cri.runtime import CriError, RuntimeService
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.network.settings import NetworkSettings
+
+if TYPE_CHECKING:  # pyroute2 is loaded only by a node that programs (not a simulated one)
+    from orchestrator.agent.net.routes import NetlinkThread
 
 __all__ = ["STORE_KIND", "PodNetwork", "PodNetworkOptions"]
 
@@ -127,6 +129,8 @@ class PodNetwork:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Restore and program the last known Nodes, `started`, then follow the API."""
         if self.programs:
+            from orchestrator.agent.net.routes import NetlinkThread
+
             self._netlink = NetlinkThread(netns=self.opts.netns)
             await trio.to_thread.run_sync(self._check_plugins)
         try:
@@ -289,6 +293,10 @@ class PodNetwork:
         return True
 
     async def _program(self, own: NodeNet | None) -> bool:
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        from orchestrator.agent.net.routes import RouteDriver
+
         assert self._netlink is not None
         ok = True
         try:
