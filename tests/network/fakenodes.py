@@ -32,12 +32,14 @@ class FakeNodes:
         self.down = False
         self.patches: list[tuple[str, Any]] = []
         self._watchers: list[trio.MemorySendChannel[tuple[str, Obj]]] = []
+        self._history: list[tuple[int, str, Obj]] = []  # a watch from a LIST's rv replays
 
     def _check(self) -> None:
         if self.down:
             raise ApiError(503, "ServiceUnavailable", "the server is unreachable (test)")
 
     def _emit(self, etype: str, obj: Obj) -> None:
+        self._history.append((self.rv, etype, copy.deepcopy(obj)))
         for w in list(self._watchers):
             try:
                 w.send_nowait((etype, copy.deepcopy(obj)))
@@ -73,9 +75,15 @@ class FakeNodes:
         }
 
     @asynccontextmanager
-    async def watch(self, res: Any, namespace: str = "", **_: Any) -> AsyncIterator[Any]:
+    async def watch(
+        self, res: Any, namespace: str = "", *, resource_version: str = "", **_: Any
+    ) -> AsyncIterator[Any]:
         self._check()
         send, receive = trio.open_memory_channel[tuple[str, Obj]](1000)
+        since = int(resource_version or self.rv)
+        for rv, etype, obj in self._history:  # what happened after the caller's LIST
+            if rv > since:
+                send.send_nowait((etype, copy.deepcopy(obj)))
         self._watchers.append(send)
         async with receive:
             yield receive
