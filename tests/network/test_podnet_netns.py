@@ -15,7 +15,7 @@ from network.netnslab import LAN_HOST, Lab, Node, can_make_namespaces, dial, lis
 
 from orchestrator.agent.net.masq import apply_masquerade, enable_forwarding
 from orchestrator.agent.net.routeplan import NetState, NodeNet, plan
-from orchestrator.agent.net.routes import NetlinkThread, RouteDriver
+from orchestrator.agent.net.routes import NetlinkThread, RouteDriver, RouteError
 
 pytestmark = pytest.mark.skipif(bool(can_make_namespaces()), reason=can_make_namespaces())
 
@@ -69,6 +69,19 @@ async def test_pods_reach_pods_on_other_nodes(lab: Lab, backend: str) -> None:
             assert await trio.to_thread.run_sync(dial, c.pod_ns, a.pod_ip, PORT) == c.pod_ip
             # pod B -> outside the cluster CIDR: masqueraded to node B's address
             assert await trio.to_thread.run_sync(dial, b.pod_ns, LAN_HOST, PORT) == b.ip
+
+            # a Node the kernel cannot route to (host-gw gateway off our subnet) is refused
+            # with its reason, and does not stop the others
+            if backend == "host-gw":
+                far = NodeNet("far", "10.42.9.0/24", "198.51.100.5", "198.51.100.5")
+                nets = [NodeNet(m.name, m.pod_cidr, m.ip, m.ip) for m in lab.nodes] + [far]
+                state = plan(backend, b.name, nets, CLUSTER).state
+                wiped = NetState(routes=frozenset())
+                await drivers[b.name].call(RouteDriver.sync, wiped)
+                with pytest.raises(RouteError, match=r"10\.42\.9\.0/24.*unreachable"):
+                    await drivers[b.name].call(RouteDriver.sync, state)
+                assert await trio.to_thread.run_sync(dial, b.pod_ns, a.pod_ip, PORT) == b.pod_ip
+                await _program(drivers, lab, backend, [a, b, c])
 
             # programming the same Nodes again changes nothing (level-based)
             current = await drivers[b.name].call(RouteDriver.current)

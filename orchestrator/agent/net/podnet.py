@@ -24,9 +24,9 @@ InternalIP, public IP, VTEP MAC) and makes the node match it, level-based:
   A failed step (runtime down, iptables missing, netlink refusing, API unreachable) is logged
   and retried with back-off; nothing here stops the agent.
 
-`backend="none"` programs nothing but still tells the runtime the podCIDR and writes the
-conflist (the user brings the routes). `netns` runs the netlink and iptables work inside that
-named namespace (the tests'; never the host's own tables in a test).
+`backend="none"` programs nothing (no conflist, routes or iptables: the user brings the
+network) but still tells the runtime the podCIDR. `netns` runs the netlink and iptables work
+inside that named namespace (the tests'; never the host's own tables in a test).
 """
 
 from __future__ import annotations
@@ -277,7 +277,7 @@ class PodNetwork:
 
     async def _conflist(self, own: NodeNet) -> bool:
         conf_dir = self.opts.cni_conf_dir
-        if conf_dir is None or not self.opts.program:
+        if conf_dir is None or not self.programs:
             return True
         mtu = self.opts.mtu - VXLAN_OVERHEAD if self.backend == "vxlan" else self.opts.mtu
         text = cniconf.render(

@@ -49,7 +49,7 @@ from orchestrator.agent.net.routeplan import (
     diff,
 )
 
-__all__ = ["RTPROT_ORCHESTRATOR", "NetlinkThread", "RouteDriver"]
+__all__ = ["RTPROT_ORCHESTRATOR", "NetlinkThread", "RouteDriver", "RouteError"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -60,6 +60,10 @@ _NTF_SELF = 2
 _ENOENT = 2
 _ESRCH = 3
 _EEXIST = 17
+
+
+class RouteError(RuntimeError):
+    """Entries the kernel refused (the message names each, with the kernel's reason)."""
 
 
 class RouteDriver:
@@ -166,35 +170,40 @@ class RouteDriver:
         return changes
 
     def apply(self, changes: Changes) -> None:
+        """Removals, then additions; an entry the kernel refuses (a host-gw gateway off our
+        subnet, say) does not stop the others: `RouteError` names every refused one after."""
         vx = self._index(self.device)
+        failed: list[str] = []
+
+        def attempt(what: object, op: Any, command: str, item: Any, *, gone_ok: bool) -> None:
+            try:
+                op(command, item, vx)
+            except NetlinkError as exc:
+                if not (gone_ok and exc.code in (_ENOENT, _ESRCH)):
+                    failed.append(f"{command} {what}: {exc}")
+            except RuntimeError as exc:
+                failed.append(f"{command} {what}: {exc}")
+
         for route in changes.del_routes:
-            self._quiet("del", self._route, route, vx)
-        for neigh in changes.del_neighbours:
-            if vx is not None:
-                self._quiet("del", self._neigh, neigh, vx)
-        for entry in changes.del_fdb:
-            if vx is not None:
-                self._quiet("del", self._fdb, entry, vx)
+            attempt(route, self._route, "del", route, gone_ok=True)
+        if vx is not None:
+            for neigh in changes.del_neighbours:
+                attempt(neigh, self._neigh, "del", neigh, gone_ok=True)
+            for entry in changes.del_fdb:
+                attempt(entry, self._fdb, "del", entry, gone_ok=True)
         for entry in changes.add_fdb:
-            self._fdb("replace", entry, self._need(vx))
+            attempt(entry, self._fdb, "replace", entry, gone_ok=False)
         for neigh in changes.add_neighbours:
-            self._neigh("replace", neigh, self._need(vx))
+            attempt(neigh, self._neigh, "replace", neigh, gone_ok=False)
         for route in changes.add_routes:
-            self._route("replace", route, vx)
+            attempt(route, self._route, "replace", route, gone_ok=False)
+        if failed:
+            raise RouteError("; ".join(failed))
 
     def _need(self, vx: int | None) -> int:
         if vx is None:
             raise RuntimeError(f"the vxlan device {self.device} does not exist (ensure_vxlan)")
         return vx
-
-    @staticmethod
-    def _quiet(command: str, op: Any, item: Any, vx: int | None) -> None:
-        """A removal whose target is already gone is done."""
-        try:
-            op(command, item, vx)
-        except NetlinkError as exc:
-            if exc.code not in (_ENOENT, _ESRCH):
-                raise
 
     def _route(self, command: str, route: Route, vx: int | None) -> None:
         kwargs: dict[str, Any] = {
@@ -211,14 +220,14 @@ class RouteDriver:
             command,
             dst=neigh.ip,
             lladdr=neigh.mac,
-            ifindex=vx,
+            ifindex=self._need(vx),
             state=ndmsg.NUD_PERMANENT,
         )
 
     def _fdb(self, command: str, entry: Fdb, vx: int | None) -> None:
         self._ipr.fdb(
             command,
-            ifindex=vx,
+            ifindex=self._need(vx),
             lladdr=entry.mac,
             dst=entry.dst,
             state=ndmsg.NUD_PERMANENT,
