@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.agent.net.cniconf import CONFLIST_NAME, conflist, render, write_conflist
-from orchestrator.agent.net.masq import CHAIN, masquerade_rules
+from orchestrator.agent.net.masq import CHAIN, MasqueradeError, apply_masquerade, masquerade_rules
 from orchestrator.agent.net.routeplan import (
     ANN_BACKEND_DATA,
     ANN_PUBLIC_IP,
@@ -164,3 +164,10 @@ def test_masquerade_rules() -> None:
     assert "POSTROUTING 1" not in rules
     assert rules.endswith("COMMIT\n")
     assert "-I POSTROUTING 1 -m comment" in masquerade_rules(CLUSTER, add_jump=True)
+
+
+async def test_a_missing_iptables_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No iptables (or no `ip`): MasqueradeError, which PodNetwork logs and retries."""
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(MasqueradeError, match="cannot run"):
+        await apply_masquerade(CLUSTER, netns="t19pn-never-made")
