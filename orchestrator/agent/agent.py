@@ -22,6 +22,8 @@ Theory of operation
 * the `EventRecorder` for the workers' Events (best effort: dropped while offline);
 * with `service_cache` on, `net.svccache.ServiceCache` (`Agent.services`): Services and
   EndpointSlices for the node proxy and DNS, restored from the local store before `started`.
+* the node's other components (`AgentOptions.components`: e.g. the pod network, `agent/net/`),
+  each made from the local store and started after the restore, before `started`.
 
 ConfigMaps and Secrets are read through `ObjectCache`: from the API while connected (each copy
 is also written to the local store), from the local store otherwise.
@@ -40,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import trio
 
@@ -63,7 +65,7 @@ from orchestrator.observability import TimedRuntime
 if TYPE_CHECKING:
     from orchestrator.agent.net.svccache import ServiceCache
 
-__all__ = ["Agent", "AgentOptions", "ObjectCache"]
+__all__ = ["Agent", "AgentOptions", "Component", "ObjectCache"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,12 @@ SOURCE_BACKOFF_INITIAL = 0.5
 SOURCE_BACKOFF_MAX = 10.0
 WATCH_TIMEOUT = 300.0
 _FINISHED_MEMORY = 4096
+
+
+class Component(Protocol):
+    """A long-lived part of the node beside the pods (the pod network, ...)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
 
 
 @dataclass
@@ -98,6 +106,8 @@ class AgentOptions:
     # Services and EndpointSlices for pods' env vars and the node DNS: bound to the Service
     # cache when `service_cache` runs, else empty
     cluster: ClusterView = field(default_factory=BoundView)
+    # made from the local store and run beside the pods (module doc)
+    components: list[Callable[[LocalStore], Component]] = field(default_factory=list)
 
 
 class ObjectCache:
@@ -257,6 +267,8 @@ class Agent:
                     "agent %s: restored %d pods from the local store", self.name, len(self.workers)
                 )
                 self.restored.set()
+                for make in self.opts.components:
+                    await nursery.start(make(store).run)
                 nursery.start_soon(self._relist_loop)
                 nursery.start_soon(self._source_loop)
                 task_status.started()

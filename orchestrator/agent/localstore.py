@@ -17,9 +17,11 @@ it (KubeEdge's MetaManager order). Then:
 Tables: `pods(uid PK, namespace, name, body)` — the last pod object seen, JSON, without its
 `metadata.managedFields` (which nothing here reads: about half of a pod's bytes);
 `objects(kind, namespace, name PK, body)` — ConfigMaps and Secrets (Secret data stays base64,
-as in the API), and the Services and EndpointSlices the node proxy and DNS serve from
-(`net.svccache`, written in batches: `objects_of`, `write_objects`). (Databases written by
-older agents also hold an unused `meta` table.)
+as in the API), the Services and EndpointSlices the node proxy and DNS serve from
+(`net.svccache`, written in batches: `objects_of`, `write_objects`), and what other agent parts
+keep for outages and reboots under kinds of their own (`NodeNet`: the pod network's last known
+Nodes, see `agent/net/podnet.py`). (Databases written by older agents also hold an unused
+`meta` table.)
 
 Invariants: one `DbThread` serializes every call (no lock needed); each write is one
 transaction; the database file is mode 0600 (it holds Secrets); `synchronous=FULL`: a pod that
@@ -197,14 +199,12 @@ class LocalStore:
     async def prune_objects(
         self, keep: set[tuple[str, str, str]], kinds: tuple[str, ...] = ("ConfigMap", "Secret")
     ) -> int:
-        """Forget the objects of `kinds` not in `keep` ((kind, namespace, name)); how many."""
+        """Forget the objects of `kinds` not in `keep` ((kind, namespace, name)); how many.
+        Other kinds belong to other parts of the agent and are left alone."""
 
         def _prune() -> int:
-            marks = ",".join("?" * len(kinds))
-            rows = self._conn.execute(
-                f"SELECT kind, namespace, name FROM objects WHERE kind IN ({marks})", kinds
-            ).fetchall()
-            gone = [tuple(r) for r in rows if tuple(r) not in keep]
+            rows = self._conn.execute("SELECT kind, namespace, name FROM objects").fetchall()
+            gone = [tuple(r) for r in rows if r[0] in kinds and tuple(r) not in keep]
             if gone:
                 with self._conn:
                     self._conn.execute("BEGIN IMMEDIATE")

@@ -5,7 +5,8 @@ Standalone::
     orchestrator agent --server https://10.0.0.1:6443[,URL...] --token TOKEN \\
         --data-dir /var/lib/agent [--ca-file ca.crt | --kubeconfig node.yaml] \\
         [--runtime auto|containerd|simulated] [--containerd-socket PATH] [--node-name NAME] \\
-        [--node-ip IP] [--labels k=v,...] [--kubelet-port PORT]
+        [--node-ip IP] [--labels k=v,...] [--kubelet-port PORT] [--cluster-cidr CIDR]
+        [--flannel-backend vxlan|host-gw|none] [--cni-conf-dir DIR] [--cni-bin-dir DIR]
 
 The agent runs as a node (user `system:node:<name>`, group `system:nodes`), so NodeRestriction
 confines it to its own Node, Lease and pods. `--token` is either a join token from `orchestrator
@@ -62,6 +63,14 @@ simulated runtime (its pod IPs are fake). The embedded agent runs it only when
 `AgentConfig.proxy` is set (it programs the host's iptables). It uses `--cluster-cidr` and
 `--cluster-dns` (k3s's defaults when this build has no such flags).
 
+Pod network (`agent/net/podnet.py`, k3s's flags): the agent follows the Nodes, hands its
+node's podCIDR to the runtime (CRI `UpdateRuntimeConfig`), and on containerd also writes the
+CNI conflist into `--cni-conf-dir` (default /etc/cni/net.d), programs the routes to the other
+nodes' podCIDRs with `--flannel-backend` (vxlan, the default, or host-gw; none: the user brings
+the network) and masquerades traffic leaving `--cluster-cidr` (default 10.42.0.0/16). On the
+simulated runtime only the podCIDR handover runs (its pods have no network to program). The
+embedded agent runs it when `AgentConfig.network` is set.
+
 Under systemd (`orchestrator install-service agent`): READY=1 once the agent runs and the
 container runtime answers (never gated on the server), STATUS= with the connection state,
 WATCHDOG=1 from the trio loop, STOPPING=1 on SIGTERM, SIGHUP reloads the log level.
@@ -91,11 +100,19 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from orchestrator.agent.agent import Agent, AgentOptions
+from orchestrator.agent.net.flags import (
+    DEFAULT_CNI_BIN_DIR,
+    DEFAULT_CNI_CONF_DIR,
+    add_podnet_flags,
+    network_settings,
+    pod_network,
+)
 from orchestrator.agent.podcontext import WorkerOptions
 from orchestrator.config import ListOption
 from orchestrator.cri.runtime import RuntimeService
 from orchestrator.listenerrors import ListenerError, naming_listener
 from orchestrator.memory import trim_task
+from orchestrator.network.settings import NetworkSettings
 from orchestrator.systemd import Notifier, reload_log_level, signal_name, watchdog_task
 
 if TYPE_CHECKING:
@@ -173,9 +190,13 @@ class AgentConfig:
     lease_duration: int = 40  # the node Lease's (seconds; the kubelet's default)
     renew_interval: float = 10.0  # seconds between Lease renewals
     proxy: bool = False  # the node proxy (off: it programs the host's iptables; containerd only)
-
     pod_dns: PodDNS | None = None  # pods' resolv.conf (server --cluster-dns...); None: runtime's
     node_dns: NodeDnsOptions | None = None  # the node DNS server; None: not run
+    # the pod network (module doc); None: not run (the server sets it from its own flags)
+    network: NetworkSettings | None = None
+    flannel_backend: str = "vxlan"
+    cni_conf_dir: Path | None = Path(DEFAULT_CNI_CONF_DIR)
+    cni_bin_dir: Path = Path(DEFAULT_CNI_BIN_DIR)
 
 
 RUNTIMES = ("auto", "containerd", "simulated")
@@ -280,6 +301,20 @@ async def run_embedded(
         dns=config.pod_dns,
     )
     agent = Agent(node_client(api.api, name), runtime, options)
+    if config.network is not None:
+        options.components.append(
+            pod_network(
+                config.network,
+                config.flannel_backend,
+                name,
+                node_ip,
+                kind,
+                client=agent.client,
+                runtime=agent.runtime,
+                cni_conf_dir=config.cni_conf_dir,
+                cni_bin_dir=config.cni_bin_dir,
+            )
+        )
     try:
         async with trio.open_nursery() as nursery:
             if api.pki is not None:
@@ -293,7 +328,8 @@ async def run_embedded(
             await start_node_dns(nursery, options, config.node_dns)
             await nursery.start(agent.run)
             if options.service_cache and config.proxy:
-                await start_proxy(nursery, agent, proxy_config(name, None))
+                network = config.network or NetworkSettings.create()
+                await start_proxy(nursery, agent, proxy_config(name, network))
             log.info("node agent %s running (runtime %s)", name, kind)
             task_status.started()
     finally:
@@ -381,15 +417,14 @@ def add_parser(sub: Any) -> None:
     )
     add_kubelet_port(a)
     add_dns_flags(a)
+    add_podnet_flags(a)
 
 
-def proxy_config(node_name: str, args: argparse.Namespace | None) -> ProxyConfig:
-    """`--cluster-cidr`/`--cluster-dns` (flags of the pod network and DNS; k3s's defaults
-    where this build lacks them). ValueError naming the flag when one is bad."""
+def proxy_config(node_name: str, network: NetworkSettings) -> ProxyConfig:
+    """The node proxy's settings from the address plan (`--cluster-cidr`, `--cluster-dns`)."""
     from orchestrator.agent.net.proxyrules import ProxyConfig
 
-    get = partial(getattr, args)
-    return ProxyConfig.create(node_name, get("cluster_cidr", None), get("cluster_dns", None))
+    return ProxyConfig.create(node_name, str(network.cluster_cidr), str(network.cluster_dns))
 
 
 async def start_proxy(nursery: trio.Nursery, agent: Agent, config: ProxyConfig) -> None:
@@ -494,7 +529,8 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     name = args.node_name or default_node_name()
     node_ip = args.node_ip or default_ip()  # reported as InternalIP and listened on
     labels = dict(args.labels)
-    proxy = proxy_config(name, args)  # bad flags fail before anything starts
+    network = network_settings(args)  # bad flags fail before anything starts
+    proxy = proxy_config(name, network)
     kind, runtime = await choose_runtime(args.runtime, args.containerd_socket, labels)
     proxy_on = kind == "containerd" and not args.disable_proxy
     pod_dns, dns = node_dns_options(args, kind)
@@ -522,6 +558,19 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
                 endpoints=endpoints,
             ) as rest:
                 agent = Agent(HttpClient(rest, field_manager="kubelet"), runtime, options)
+                options.components.append(
+                    pod_network(
+                        network,
+                        args.flannel_backend,
+                        name,
+                        node_ip,
+                        kind,
+                        client=agent.client,
+                        runtime=agent.runtime,
+                        cni_conf_dir=args.cni_conf_dir,
+                        cni_bin_dir=args.cni_bin_dir,
+                    )
+                )
                 async with trio.open_nursery() as nursery:
                     await nursery.start(watchdog_task, notifier)
                     await nursery.start(ServerLearner(rest, endpoints, args.data_dir).run)

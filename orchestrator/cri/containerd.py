@@ -230,6 +230,12 @@ class CriRuntime:
             )
         )
 
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        request = pb.UpdateRuntimeConfigRequest(
+            runtime_config=pb.RuntimeConfig(network_config=pb.NetworkConfig(pod_cidr=pod_cidr))
+        )
+        await self._call("UpdateRuntimeConfig", request, idempotent=True)
+
     # ------------------------------------------------------------------ sandboxes
 
     async def run_pod_sandbox(self, config: PodSandboxConfig, runtime_handler: str = "") -> str:

@@ -372,6 +372,11 @@ class RuntimeService(Protocol):
 
     async def status(self) -> RuntimeStatus: ...
 
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        """Tell the runtime the node's podCIDR (CRI `UpdateRuntimeConfig`), as the kubelet
+        does once the Node has one; "" changes nothing."""
+        ...
+
     # sandboxes
 
     async def run_pod_sandbox(self, config: PodSandboxConfig, runtime_handler: str = "") -> str:

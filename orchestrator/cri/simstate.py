@@ -5,6 +5,7 @@ writes, and what a container does when it is reached: the simulated network (`ht
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from orchestrator.cri.simshell import (
 __all__ = [
     "POD_UID_LABEL",
     "PodIndex",
+    "PodIps",
     "SimContainer",
     "SimSandbox",
     "accepts",
@@ -46,6 +48,49 @@ __all__ = [
 # The label the kubelet (and our agent) puts on every sandbox and container of a pod, and lists
 # one pod's sandboxes and containers by.
 POD_UID_LABEL = "io.kubernetes.pod.uid"
+
+
+class PodIps:
+    """The pod IPs of the simulated node: host addresses of its podCIDR from .2 up (.1 is the
+    bridge's, as with CNI's bridge plugin), released ones first, in release order.
+    `set_network` (CRI `UpdateRuntimeConfig`) moves later sandboxes to a new podCIDR; sandboxes
+    keep the address they have, and an address in use is never handed out twice."""
+
+    def __init__(self, cidr: str) -> None:
+        self.network = ipaddress.ip_network(cidr, strict=True)
+        self._free: list[str] = []
+        self._next = 2
+        self._used: set[str] = set()
+
+    def set_network(self, cidr: str) -> None:
+        try:
+            network = ipaddress.ip_network(cidr, strict=True)
+        except ValueError as exc:
+            raise RuntimeFailure(f"pod_cidr {cidr!r} is not a network: {exc}") from None
+        if network.num_addresses < 4:
+            raise RuntimeFailure(f"pod_cidr {cidr} is too small for a gateway and pods")
+        if network != self.network:
+            self.network, self._free, self._next = network, [], 2
+
+    def allocate(self) -> str:
+        while self._free:
+            ip = self._free.pop(0)
+            if ip not in self._used:
+                self._used.add(ip)
+                return ip
+        while self._next < self.network.num_addresses - 1:
+            ip = str(self.network.network_address + self._next)
+            self._next += 1
+            if ip not in self._used:
+                self._used.add(ip)
+                return ip
+        raise RuntimeFailure(f"failed to allocate an IP: {self.network} is exhausted")
+
+    def release(self, ip: str) -> None:
+        if ip in self._used:
+            self._used.discard(ip)
+            if ipaddress.ip_address(ip) in self.network:
+                self._free.append(ip)
 
 
 class PodIndex:

@@ -33,8 +33,9 @@ behaviour's table, else interprets the command the same way (`cat F` reads the c
 `sleep N` past the timeout raises `DeadlineExceeded`, an unknown binary is a `RuntimeFailure` as
 with runc).
 
-Sandboxes: pod-network sandboxes get an IP from `pod_cidr` (10.88.0.0/16 by default), released
-on removal; host-network ones get none. Pod-network sandboxes fail while `network_ready` is off.
+Sandboxes: pod-network sandboxes get an IP from `pod_cidr` (10.88.0.0/16 by default, until the
+agent sets its node's podCIDR through `update_runtime_config`; `simstate.PodIps`), released on
+removal; host-network ones get none. Pod-network sandboxes fail while `network_ready` is off.
 
 The network is simulated too, and nothing here ever opens a socket: the pod IPs are made up and
 may well be real hosts on the user's network. `probe_network` (the `SimulatedNetwork` capability
@@ -53,7 +54,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import ipaddress
 import os
 import random
 import time
@@ -88,6 +88,7 @@ from orchestrator.cri.runtime import (
 from orchestrator.cri.simshell import Behaviour, BehaviourSource, timeline_of
 from orchestrator.cri.simstate import (
     PodIndex,
+    PodIps,
     SimContainer,
     SimSandbox,
     accepts,
@@ -126,9 +127,7 @@ class SimulatedRuntime:
         self._images: dict[str, ImageInfo] = {}
         for ref in images:
             self._add_image(ref)
-        self._net = ipaddress.ip_network(pod_cidr)
-        self._free_ips: list[str] = []
-        self._next_host = 2  # .1 is the gateway
+        self.ips = PodIps(pod_cidr)
         self._sandboxes: dict[str, SimSandbox] = {}
         self._containers: dict[str, SimContainer] = {}
         self._pods = PodIndex()  # the ids of each pod's sandboxes and containers
@@ -212,15 +211,6 @@ class SimulatedRuntime:
             if ref == info.id:
                 return info
         return None
-
-    def _allocate_ip(self) -> str:
-        if self._free_ips:
-            return self._free_ips.pop(0)
-        if self._next_host >= self._net.num_addresses - 1:
-            raise RuntimeFailure(f"failed to allocate an IP: {self._net} is exhausted")
-        ip = str(self._net.network_address + self._next_host)
-        self._next_host += 1
-        return ip
 
     def _behaviour(self, config: ContainerConfig) -> Behaviour | None:
         src = self.behaviours
@@ -316,6 +306,11 @@ class SimulatedRuntime:
             )
         return RuntimeStatus((RuntimeCondition(RUNTIME_READY, True), net))
 
+    async def update_runtime_config(self, pod_cidr: str) -> None:
+        await self._enter()
+        if pod_cidr:
+            self.ips.set_network(pod_cidr)
+
     # ------------------------------------------------------------------ sandboxes
 
     async def run_pod_sandbox(self, config: PodSandboxConfig, runtime_handler: str = "") -> str:
@@ -338,7 +333,7 @@ class SimulatedRuntime:
             )
         if not config.host_network and not self.network_ready:
             raise RuntimeFailure("failed to setup network for sandbox: cni plugin not initialized")
-        ip = "" if config.host_network else self._allocate_ip()
+        ip = "" if config.host_network else self.ips.allocate()
         sid = self._new_id()
         self._sandboxes[sid] = SimSandbox(sid, config, SandboxState.READY, self._now_ns(), ip)
         self._pods.add(sid, config.labels)
@@ -368,7 +363,7 @@ class SimulatedRuntime:
         for cid in [c.id for c in self._containers.values() if c.sandbox_id == sandbox_id]:
             self._pods.discard(cid, self._containers.pop(cid).config.labels)
         if s.ip:
-            self._free_ips.append(s.ip)
+            self.ips.release(s.ip)
 
     async def pod_sandbox_status(self, sandbox_id: str) -> SandboxStatus:
         await self._enter()

@@ -152,6 +152,16 @@ class RuntimeConformance:
             assert st.runtime_ready
             assert st.condition("NetworkReady") is not None
 
+    async def test_update_runtime_config(
+        self, clock: Clock | None, runtime: RuntimeService, pods: Pods
+    ) -> None:
+        """The agent hands over its node's podCIDR as the kubelet does; "" changes nothing.
+        (Without a CNI conf_template containerd only records it.)"""
+        with trio.fail_after(30):
+            await runtime.update_runtime_config("10.42.7.0/24")
+            await runtime.update_runtime_config("")
+            assert (await runtime.status()).runtime_ready
+
     # ------------------------------------------------------------------ sandboxes
 
     async def test_host_network_sandbox_lifecycle(

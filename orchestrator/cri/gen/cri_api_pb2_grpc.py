@@ -108,6 +108,11 @@ class RuntimeServiceStub:
                 request_serializer=cri__api__pb2.ExecSyncRequest.SerializeToString,
                 response_deserializer=cri__api__pb2.ExecSyncResponse.FromString,
                 _registered_method=True)
+        self.UpdateRuntimeConfig = channel.unary_unary(
+                '/runtime.v1.RuntimeService/UpdateRuntimeConfig',
+                request_serializer=cri__api__pb2.UpdateRuntimeConfigRequest.SerializeToString,
+                response_deserializer=cri__api__pb2.UpdateRuntimeConfigResponse.FromString,
+                _registered_method=True)
         self.Status = channel.unary_unary(
                 '/runtime.v1.RuntimeService/Status',
                 request_serializer=cri__api__pb2.StatusRequest.SerializeToString,
@@ -214,6 +219,12 @@ class RuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateRuntimeConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Status(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -304,6 +315,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.ExecSync,
                     request_deserializer=cri__api__pb2.ExecSyncRequest.FromString,
                     response_serializer=cri__api__pb2.ExecSyncResponse.SerializeToString,
+            ),
+            'UpdateRuntimeConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateRuntimeConfig,
+                    request_deserializer=cri__api__pb2.UpdateRuntimeConfigRequest.FromString,
+                    response_serializer=cri__api__pb2.UpdateRuntimeConfigResponse.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
@@ -701,6 +717,33 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/ExecSync',
             cri__api__pb2.ExecSyncRequest.SerializeToString,
             cri__api__pb2.ExecSyncResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateRuntimeConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/UpdateRuntimeConfig',
+            cri__api__pb2.UpdateRuntimeConfigRequest.SerializeToString,
+            cri__api__pb2.UpdateRuntimeConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,
