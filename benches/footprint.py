@@ -190,6 +190,11 @@ class Proc:
                 self.popen.wait()
 
 
+# A bench never changes the host's network: no pod network, node proxy or cluster DNS address
+# on the host for the embedded agent on containerd (its node DNS answers on loopback).
+HOST_NET_OFF = ("--flannel-backend", "none", "--disable-proxy", "--dns-listen", "127.0.0.1:0")
+
+
 def server_argv(data_dir: Path, *extra: str) -> list[str]:
     peer, client, api = cluster_lib.free_ports(3)
     return [
@@ -322,7 +327,7 @@ def containerd_cold_start(root: Path, runs: int) -> Obj:
     except ContainerdError as exc:
         return {"skipped": f"containerd did not start: {exc}"}
     try:
-        extra = ("--runtime", "auto", "--containerd-socket", str(instance.socket))
+        extra = ("--runtime", "auto", "--containerd-socket", str(instance.socket), *HOST_NET_OFF)
         out = cold_starts(root / "srv", runs, *extra)
         # the last run again, kept running: which runtime did `auto` pick?
         _, proc = cold_start(root / "check", *extra, keep=True)

@@ -58,6 +58,10 @@ CLUSTER_TOKEN = "orch-test-cluster"  # every server shares it: it unlocks the sh
 T = TypeVar("T")
 
 
+# The embedded agent programs no pod network, node proxy or cluster DNS address on the host.
+HOST_NET_OFF = ["--flannel-backend", "none", "--disable-proxy", "--dns-listen", "127.0.0.1:0"]
+
+
 class ClusterError(AssertionError):
     """A condition the cluster helper waited for did not happen, or a server died."""
 
@@ -252,6 +256,8 @@ class Cluster:
             "--token",
             CLUSTER_TOKEN,
             *(["--kubelet-port", "0"] if self.agent else ["--no-agent"]),  # servers share a host
+            # should `auto` find a containerd, the host's network still stays as it is
+            *(HOST_NET_OFF if self.agent else []),
             "--tick-ms",
             str(self.tick_ms),
             "--election-ticks",

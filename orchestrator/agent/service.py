@@ -86,6 +86,7 @@ meanwhile are stopped when it reconnects. For long partitions give the pods a lo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -287,6 +288,11 @@ async def run_embedded(
     node_ip = embedded_node_ip(config.node_ip, api.opts.listen)
     labels = dict(config.labels)
     kind, runtime = await choose_runtime(config.runtime, config.containerd_socket, labels)
+    # the node DNS on the cluster DNS address only with a real runtime (it changes the host's
+    # interfaces); on a given address always
+    node_dns = config.node_dns
+    if node_dns is not None and node_dns.listen is None and kind != "containerd":
+        node_dns = None
     options = AgentOptions(
         name,
         data_dir,
@@ -297,7 +303,7 @@ async def run_embedded(
         lease_duration=config.lease_duration,
         renew_interval=config.renew_interval,
         # the node proxy, the node DNS and the pods' Service variables read it
-        service_cache=kind == "containerd" and (config.proxy or config.node_dns is not None),
+        service_cache=kind == "containerd" and (config.proxy or node_dns is not None),
         dns=config.pod_dns,
     )
     agent = Agent(node_client(api.api, name), runtime, options)
@@ -325,7 +331,7 @@ async def run_embedded(
                 options.kubelet_port = await start_endpoint(nursery, endpoint)
                 api.certs.on_reload(EMBEDDED_LEAF, endpoint.reload_tls)
             agent.reporter.opts.kubelet_port = options.kubelet_port
-            await start_node_dns(nursery, options, config.node_dns)
+            await start_node_dns(nursery, options, node_dns)
             await nursery.start(agent.run)
             if options.service_cache and config.proxy:
                 network = config.network or NetworkSettings.create()
@@ -418,6 +424,46 @@ def add_parser(sub: Any) -> None:
     add_kubelet_port(a)
     add_dns_flags(a)
     add_podnet_flags(a)
+
+
+def add_embedded_network_flags(parser: argparse.ArgumentParser) -> None:
+    """The `server` flags of its embedded agent's pod network, node proxy and node DNS (the
+    agent's, without the address plan, which the server's own flags give)."""
+    from orchestrator.agent.net.nodedns import add_dns_flags
+
+    add_podnet_flags(parser, cluster_cidr=False)
+    parser.add_argument(
+        "--disable-proxy",
+        action="store_true",
+        help="do not run the node proxy (Service rules in iptables; on by default with the "
+        "containerd runtime)",
+    )
+    add_dns_flags(parser, plan=False)
+
+
+def embedded_network(
+    config: AgentConfig, args: argparse.Namespace, network: NetworkSettings
+) -> AgentConfig:
+    """`config` with the pod network, node proxy and node DNS the server's flags ask for.
+    They only touch the host's network with the containerd runtime (`run_embedded`).
+    SystemExit (a usage error) for a bad flag."""
+    from orchestrator.agent.net.nodedns import NodeDnsOptions, load_pod_dns, parse_listen
+
+    try:
+        pod_dns = load_pod_dns(str(network.cluster_dns), network.cluster_domain, args.resolv_conf)
+        listen = parse_listen(args.dns_listen) if args.dns_listen else None
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    return dataclasses.replace(
+        config,
+        network=network,
+        flannel_backend=args.flannel_backend,
+        cni_conf_dir=args.cni_conf_dir,
+        cni_bin_dir=args.cni_bin_dir,
+        proxy=not args.disable_proxy,
+        pod_dns=pod_dns,
+        node_dns=NodeDnsOptions(pod_dns, listen=listen),
+    )
 
 
 def proxy_config(node_name: str, network: NetworkSettings) -> ProxyConfig:

@@ -154,7 +154,7 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--node-name", help="name of this server's Node (default: the hostname)")
     s.add_argument("--no-agent", action="store_true", help="run no node agent on this server")
     s.add_argument("--containerd-socket", help="containerd's socket for this server's agent")
-    from orchestrator.agent.service import add_kubelet_port
+    from orchestrator.agent.service import add_embedded_network_flags, add_kubelet_port
 
     add_kubelet_port(s)  # --kubelet-port: the embedded agent's log endpoint
     s.add_argument(
@@ -199,6 +199,7 @@ def add_parser(sub: Any) -> None:
         metavar="DOMAIN",
         help=f"the cluster's DNS domain (default {net.DEFAULT_CLUSTER_DOMAIN})",
     )
+    add_embedded_network_flags(s)  # the embedded agent's pod network, proxy and DNS
     s.add_argument(
         "--drain-timeout",
         type=_duration,
@@ -323,7 +324,7 @@ def main(args: argparse.Namespace) -> int:
         raise SystemExit(  # noqa: B904  (a usage error: the ValueError adds nothing)
             f"error: --auto-compaction {args.auto_compaction!r} is not like 5m or 10000"
         )
-    from orchestrator.agent.service import AgentConfig, default_node_name
+    from orchestrator.agent.service import AgentConfig, default_node_name, embedded_network
     from orchestrator.apiserver.flowcontrol import FlowControlConfig
     from orchestrator.apiserver.server import ApiOptions, split_host_port
     from orchestrator.controllers.runtime import ControllerOptions
@@ -356,11 +357,15 @@ def main(args: argparse.Namespace) -> int:
         controllers=not args.no_controllers,
         agent=None
         if args.no_agent or not serve_api
-        else AgentConfig(
-            runtime=args.runtime,
-            containerd_socket=args.containerd_socket,
-            node_name=args.node_name or "",
-            kubelet_port=args.kubelet_port,
+        else embedded_network(
+            AgentConfig(
+                runtime=args.runtime,
+                containerd_socket=args.containerd_socket,
+                node_name=args.node_name or "",
+                kubelet_port=args.kubelet_port,
+            ),
+            args,
+            network,
         ),
         controller_options=ControllerOptions(
             node_monitor_grace_period=args.node_monitor_grace_period, network=network

@@ -81,16 +81,18 @@ def network_settings(args: argparse.Namespace) -> NetworkSettings:
     return NetworkSettings.create(**given)
 
 
-def add_podnet_flags(parser: argparse.ArgumentParser) -> None:
-    """The pod network's flags (k3s's names and defaults; module doc)."""
-    parser.add_argument(
-        "--cluster-cidr",
-        type=_cluster_cidr,
-        default=None,
-        metavar="CIDR",
-        help="the pods' network, whose traffic to elsewhere is masqueraded (default "
-        "10.42.0.0/16; the servers' --cluster-cidr)",
-    )
+def add_podnet_flags(parser: argparse.ArgumentParser, *, cluster_cidr: bool = True) -> None:
+    """The pod network's flags (k3s's names and defaults; module doc). `cluster_cidr=False`:
+    the parser has its own `--cluster-cidr` (the server's address plan)."""
+    if cluster_cidr:
+        parser.add_argument(
+            "--cluster-cidr",
+            type=_cluster_cidr,
+            default=None,
+            metavar="CIDR",
+            help="the pods' network, whose traffic to elsewhere is masqueraded (default "
+            "10.42.0.0/16; the servers' --cluster-cidr)",
+        )
     parser.add_argument(
         "--flannel-backend",
         choices=BACKENDS,

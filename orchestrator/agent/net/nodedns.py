@@ -198,20 +198,22 @@ async def run_node_dns(
         await trio.sleep(RETRY)
 
 
-def add_dns_flags(parser: argparse.ArgumentParser) -> None:
-    """The agent's cluster DNS flags (kubelet/k3s names, see the module doc)."""
-    parser.add_argument(
-        "--cluster-dns",
-        default=DEFAULT_CLUSTER_DNS,
-        metavar="IP[,IP]",
-        help=f"the cluster DNS address pods are given (default {DEFAULT_CLUSTER_DNS}; the node "
-        "DNS server answers there; empty: pods use the node's resolv.conf)",
-    )
-    parser.add_argument(
-        "--cluster-domain",
-        default=DEFAULT_CLUSTER_DOMAIN,
-        help=f"the cluster's DNS domain (default {DEFAULT_CLUSTER_DOMAIN})",
-    )
+def add_dns_flags(parser: argparse.ArgumentParser, *, plan: bool = True) -> None:
+    """The agent's cluster DNS flags (kubelet/k3s names, see the module doc). `plan=False`:
+    the parser has its own `--cluster-dns` and `--cluster-domain` (the server's address plan)."""
+    if plan:
+        parser.add_argument(
+            "--cluster-dns",
+            default=DEFAULT_CLUSTER_DNS,
+            metavar="IP[,IP]",
+            help=f"the cluster DNS address pods are given (default {DEFAULT_CLUSTER_DNS}; the "
+            "node DNS server answers there; empty: pods use the node's resolv.conf)",
+        )
+        parser.add_argument(
+            "--cluster-domain",
+            default=DEFAULT_CLUSTER_DOMAIN,
+            help=f"the cluster's DNS domain (default {DEFAULT_CLUSTER_DOMAIN})",
+        )
     parser.add_argument(
         "--resolv-conf",
         type=Path,
