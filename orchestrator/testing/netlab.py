@@ -1,6 +1,7 @@
 """A lab of "devices" on one machine, for the end-to-end network tests (`NetLab`).
 
-Layout (every namespace is made here, with a name unique to the lab: `<prefix><6 hex>-<role>`):
+Layout (every namespace is made here by `netns.NamespaceSet`, which also sweeps the namespaces of
+labs whose test process died; names unique to the lab: `<prefix><6 hex>-<role>`):
 
     <id>-lan    a Linux bridge `br0` and the LAN's own address 192.0.2.1 (a person on the LAN:
                 `lab.kubectl`, `lab.lan_exec`, NodePort checks run here)
@@ -38,26 +39,24 @@ exec`), `wait_for(fn, what, timeout)` (polls with a deadline; fails fast if a la
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import ipaddress
 import json
 import os
-import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
 from orchestrator.testing import containerd as ctd
+from orchestrator.testing.netns import NamespaceSet, NetnsError, NetnsProcess, enter, sh
 
 __all__ = [
     "API_PORT",
@@ -88,7 +87,7 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 _AGENT_NET_FLAGS = ("--cni-conf-dir", "--cni-bin-dir", "--flannel-backend", "--resolv-conf")
 
 
-class LabError(AssertionError):
+class LabError(NetnsError):
     """The lab could not be built, a lab process died, or a waited-for condition never held."""
 
 
@@ -102,59 +101,6 @@ def missing_prerequisites() -> list[str]:
     return problems
 
 
-def _set_pdeathsig() -> None:  # in the child between fork and exec: die with the test process
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _run(argv: Sequence[str], *, timeout: float = 30.0, check: bool = True, **kw: Any) -> str:
-    try:
-        proc = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False, **kw
-        )
-    except subprocess.TimeoutExpired as e:
-        raise LabError(f"{' '.join(argv)} timed out after {timeout:.0f}s") from e
-    if check and proc.returncode != 0:
-        raise LabError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return str(proc.stdout)
-
-
-@dataclass
-class _Proc:
-    """A long-lived lab process (server, agent, DNS stub) and its log."""
-
-    name: str
-    log_path: Path
-    popen: subprocess.Popen[bytes] | None = None
-    expected_exit: bool = False
-
-    @property
-    def running(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def stop(self, timeout: float = 10.0) -> None:
-        p = self.popen
-        self.expected_exit = True
-        if p is None or p.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-    def tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            text = ""
-        return f"----- {self.name} ({self.log_path}) -----\n" + "\n".join(
-            text.splitlines()[-lines:]
-        )
-
-
 @dataclass
 class Device:
     """One device: its namespace, address, node name, containerd and agent."""
@@ -165,7 +111,7 @@ class Device:
     node_name: str
     dir: Path
     containerd: ctd.ContainerdInstance | None = None
-    agent: _Proc | None = None
+    agent: NetnsProcess | None = None
     extra_agent_args: list[str] = field(default_factory=list)
 
     @property
@@ -200,7 +146,8 @@ class NetLab:
         if not 1 <= devices <= MAX_DEVICES:
             raise ValueError(f"a lab has 1..{MAX_DEVICES} devices, not {devices}")
         self.base_dir = Path(base_dir).absolute()
-        self.id = prefix + secrets.token_hex(3)
+        self._netns = NamespaceSet(prefix)
+        self.id = self._netns.id
         self.lan_ns = f"{self.id}-lan"
         self.server_ns = f"{self.id}-srv"
         self.dns_ns = f"{self.id}-dns"
@@ -221,11 +168,10 @@ class NetLab:
             for i in range(1, devices + 1)
         ]
         self.server_dir = self.base_dir / "server"
-        self.server = _Proc("server", self.base_dir / "server.log")
-        self.dns = _Proc("upstream-dns", self.base_dir / "upstream-dns.log")
+        self.server = NetnsProcess("server", self.base_dir / "server.log")
+        self.dns = NetnsProcess("upstream-dns", self.base_dir / "upstream-dns.log")
         self.join_token = ""
         self.agent_flags: frozenset[str] = frozenset()
-        self._namespaces: list[str] = []
         self._lock = threading.Lock()
 
     # -------------------------------------------------------------- addresses and lookups
@@ -268,7 +214,7 @@ class NetLab:
         unless `check`)."""
         if netns not in self.namespaces:
             raise LabError(f"{netns!r} is not a namespace of lab {self.id}")
-        cmd = [*_enter(netns), *argv]
+        cmd = [*enter(netns), *argv]
         try:
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, timeout=timeout, input=input, check=False
@@ -379,7 +325,7 @@ class NetLab:
             self.check_alive()
             try:
                 value = fn()
-            except LabError as e:
+            except NetnsError as e:  # LabError included
                 last, value = e, None
             if value:
                 return value
@@ -431,12 +377,10 @@ class NetLab:
         return self
 
     def _ip(self, *args: str) -> None:
-        _run(["ip", *args])
+        sh(["ip", *args])
 
     def _add_netns(self, name: str) -> None:
-        self._ip("netns", "add", name)
-        self._namespaces.append(name)
-        self._ip("-n", name, "link", "set", "lo", "up")
+        self._netns.create(name.removeprefix(self.id + "-"))
 
     def _build_network(self) -> None:
         self._add_netns(self.lan_ns)
@@ -452,7 +396,7 @@ class NetLab:
             self._ip("-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
             self._ip("-n", ns, "link", "set", "eth0", "up")
             # Devices route pod traffic for each other (host-gw) and for their pods.
-            _run([*_enter(ns), "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+            sh([*enter(ns), "sysctl", "-qw", "net.ipv4.ip_forward=1"])
 
     def _veth(self, port: str, ns: str) -> None:
         self._ip(
@@ -462,7 +406,7 @@ class NetLab:
         self._ip("-n", self.lan_ns, "link", "set", "dev", port, "master", "br0", "up")
 
     def _agent_flags(self) -> frozenset[str]:
-        out = _run(self._python("agent", "--help"), timeout=60)
+        out = sh(self._python("agent", "--help"), timeout=60)
         return frozenset(f for f in _AGENT_NET_FLAGS if f in out)
 
     def _python(self, *args: str) -> list[str]:
@@ -474,24 +418,10 @@ class NetLab:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")]))
         return env
 
-    def _spawn(self, proc: _Proc, netns: str, argv: Sequence[str], *, hide: str = "") -> None:
-        main = threading.current_thread() is threading.main_thread()
-        log: IO[bytes]
-        with open(proc.log_path, "ab") as log:
-            shown = " ".join(a if not hide or a != hide else "<token>" for a in argv)
-            log.write(f"=== {time.ctime()} netns {netns}: {shown}\n".encode())
-            log.flush()
-            proc.popen = subprocess.Popen(
-                [*_enter(netns), *argv],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=_REPO_ROOT,
-                env=self._env(),
-                start_new_session=True,
-                preexec_fn=_set_pdeathsig if main else None,
-            )
-        proc.expected_exit = False
+    def _spawn(
+        self, proc: NetnsProcess, netns: str, argv: Sequence[str], *, hide: str = ""
+    ) -> None:
+        proc.start(netns, argv, env=self._env(), cwd=_REPO_ROOT, secret=hide)
 
     def _start_dns(self) -> None:
         argv = [sys.executable, "-m", "orchestrator.testing.stubdns", "--listen"]
@@ -565,13 +495,13 @@ class NetLab:
             d.dir / "ctd", network=None, cni_conf_dir=d.cni_conf_dir, netns=d.netns
         )
         d.containerd.start()
-        d.agent = _Proc(f"agent {d.node_name}", d.dir / "agent.log")
+        d.agent = NetnsProcess(f"agent {d.node_name}", d.dir / "agent.log")
         self.start_agent(d)
 
     def start_agent(self, device: int | str | Device) -> None:
         d = self.device(device)
         if d.agent is None:
-            d.agent = _Proc(f"agent {d.node_name}", d.dir / "agent.log")
+            d.agent = NetnsProcess(f"agent {d.node_name}", d.dir / "agent.log")
         if not d.agent.running:
             self._spawn(d.agent, d.netns, self.agent_argv(d), hide=self.join_token)
 
@@ -620,19 +550,7 @@ class NetLab:
             for p in (self.dns, self.server):
                 with contextlib.suppress(Exception):
                     p.stop()
-            for ns in reversed(self._namespaces):
-                self._kill_in_netns(ns)
-                subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-            self._namespaces.clear()
-
-    @staticmethod
-    def _kill_in_netns(ns: str) -> None:
-        out = subprocess.run(
-            ["ip", "netns", "pids", ns], capture_output=True, text=True, check=False
-        ).stdout
-        for pid in _ints(out.split()):
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+            self._netns.delete()
 
     def __enter__(self) -> NetLab:
         return self.start()
@@ -646,11 +564,3 @@ class NetLab:
         if exc_type is not None:
             print(self.log_tails(), file=sys.stderr)
         self.stop()
-
-
-def _enter(netns: str) -> list[str]:
-    return ["nsenter", f"--net=/run/netns/{netns}", "--"]
-
-
-def _ints(words: Iterable[str]) -> list[int]:
-    return [int(w) for w in words if w.isdigit()]
