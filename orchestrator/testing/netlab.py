@@ -276,9 +276,21 @@ class NetLab:
             raise LabError(f"pod {namespace}/{pod} is not scheduled")
         dev = self.device(node)
         pid = self._container_pid(dev, pod, namespace, container)
-        cmd = ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "--", *argv]
+        nsenter = (
+            shutil.which("nsenter") or "/usr/bin/nsenter"
+        )  # found with our PATH, not the pod's
+        cmd = [nsenter, "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "--", *argv]
         try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            # The container's own environment, as `kubectl exec` gives (never the test's).
+            raw = Path(f"/proc/{pid}/environ").read_bytes()
+            env = dict(
+                v.split("=", 1) for v in raw.decode(errors="replace").split("\0") if "=" in v
+            )
+        except OSError as e:
+            raise LabError(f"pod {namespace}/{pod}: container process {pid} gone ({e})") from e
+        env.setdefault("PATH", "/bin:/usr/bin:/sbin:/usr/sbin")
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired as e:
             raise LabError(f"{' '.join(cmd)} in pod {pod} timed out after {timeout}s") from e
 
