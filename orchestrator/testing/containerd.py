@@ -22,7 +22,9 @@ not the host has AppArmor.
 Inside a network namespace (`netns="NAME"`: the daemon is started with `nsenter
 --net=/run/netns/NAME`, as `orchestrator.testing.netlab` does for its devices) the pod network
 belongs to that namespace: `network=None` claims no slot and writes no conflist, and
-`cni_conf_dir` points containerd at the directory the node agent writes its own conflist into.
+`cni_conf_dir` points containerd at the directory the node agent writes its own conflist into;
+`private_dirs={"/var/lib/cni": DIR}` gives the daemon (and so its CNI plugins) its own copy of a
+host directory, bind-mounted in a mount namespace of its own, as if it ran on its own machine.
 
 The bridge and its subnet are host-wide, so each running instance holds a *network slot* N
 (bridge `orch<N>`, pods in 10.89.<N>.0/24, N in 0..99) with an flock on
@@ -58,7 +60,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
@@ -131,6 +133,7 @@ class ContainerdInstance:
         cni_bin_dir: str = DEFAULT_CNI_BIN_DIR,
         cni_conf_dir: str | os.PathLike[str] | None = None,
         netns: str | None = None,
+        private_dirs: Mapping[str, str | os.PathLike[str]] | None = None,
         snapshotter: str = "overlayfs",
         log_level: str = "info",
         import_images: bool = True,
@@ -146,6 +149,9 @@ class ContainerdInstance:
             Path(cni_conf_dir).absolute() if cni_conf_dir else self.base_dir / "cni" / "net.d"
         )
         self.netns = netns  # run the daemon inside this named network namespace
+        # {host path: our directory}: bind-mounted in a mount namespace of the daemon's own
+        # (slave: nothing it mounts reaches the host; all of it goes when its processes do).
+        self.private_dirs = {k: Path(v).absolute() for k, v in (private_dirs or {}).items()}
         self.cni_ipam_dir = self.base_dir / "cni" / "ipam"
         self.images_dir = self.base_dir / "images"
         slot_ok = isinstance(network, int) and 0 <= network <= MAX_NETWORK_SLOT
@@ -359,7 +365,7 @@ state = {q(str(self.state))}
             # nsenter, not `ip netns exec`: that remounts /sys, hiding the cgroup mount runc needs.
             netns = ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
             self._proc = subprocess.Popen(
-                [*netns, "containerd", "--config", str(self.config_path)],
+                [*netns, *self._private_mounts(), "containerd", "--config", str(self.config_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
@@ -373,6 +379,21 @@ state = {q(str(self.state))}
         except BaseException:
             self.stop(teardown=False)
             raise
+
+    def _private_mounts(self) -> list[str]:
+        """The argv prefix that gives the daemon `private_dirs` ([] when there are none)."""
+        if not self.private_dirs:
+            return []
+        script, args = "", []
+        for i, (where, ours) in enumerate(sorted(self.private_dirs.items())):
+            ours.mkdir(parents=True, exist_ok=True)
+            Path(where).mkdir(parents=True, exist_ok=True)  # the mount point (an empty dir)
+            script += f'mount --bind "${{{2 * i + 1}}}" "${{{2 * i + 2}}}" && '
+            args += [str(ours), where]
+        n = len(args)
+        script += f'shift {n} && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script, "sh",
+                *args]  # fmt: skip
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -504,7 +504,12 @@ class NetLab:
         if not self.supports("--cni-conf-dir"):
             self._write_fallback_conflist(d)
         d.containerd = ctd.ContainerdInstance(
-            d.dir / "ctd", network=None, cni_conf_dir=d.cni_conf_dir, netns=d.netns
+            d.dir / "ctd",
+            network=None,
+            cni_conf_dir=d.cni_conf_dir,
+            netns=d.netns,
+            # host-local's default lease store, per device as on separate machines
+            private_dirs={"/var/lib/cni": d.dir / "var-lib-cni"},
         )
         d.containerd.start()
         d.agent = NetnsProcess(f"agent {d.node_name}", d.dir / "agent.log")
@@ -537,7 +542,6 @@ class NetLab:
                     "hairpinMode": True,
                     "ipam": {
                         "type": "host-local",
-                        "dataDir": str(d.dir / "cni" / "ipam"),
                         "ranges": [[{"subnet": str(subnet), "gateway": str(subnet[1])}]],
                         "routes": [{"dst": "0.0.0.0/0"}],
                     },
