@@ -33,7 +33,8 @@ namespaces and deletes them; best-effort and safe to call twice. Logs: `<base>/*
 The API is synchronous, like `ContainerdInstance` (module-scoped pytest fixtures). Helpers:
 `exec(device, argv)`, `kubectl(*args)`, `kubectl_json`, `apply(manifest)`, `pod_exec(pod, argv)`
 (a command inside a running pod's namespaces, through nsenter: the product has no `kubectl
-exec`), `wait_for(fn, what, timeout)` (polls with a deadline; fails fast if a lab process died).
+exec`; while the server is stopped it finds the pod on the node the API last named),
+`wait_for(fn, what, timeout)` (polls with a deadline; fails fast if a lab process died).
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ class NetLab:
         self.join_token = ""
         self.agent_flags: frozenset[str] = frozenset()
         self._lock = threading.Lock()
+        self._pod_nodes: dict[tuple[str, str], str] = {}  # for pod_exec while the server is down
 
     # -------------------------------------------------------------- addresses and lookups
     @property
@@ -270,11 +272,7 @@ class NetLab:
     ) -> subprocess.CompletedProcess[str]:
         """Run argv inside a running pod's container (its mounts, network, pid, uts, ipc
         namespaces; its own binaries and resolv.conf), like `kubectl exec` would."""
-        obj = self.kubectl_json("get", "pod", pod, "-n", namespace)
-        node = (obj.get("spec") or {}).get("nodeName")
-        if not node:
-            raise LabError(f"pod {namespace}/{pod} is not scheduled")
-        dev = self.device(node)
+        dev = self.device(self._pod_node(pod, namespace))
         pid = self._container_pid(dev, pod, namespace, container)
         nsenter = (
             shutil.which("nsenter") or "/usr/bin/nsenter"
@@ -293,6 +291,20 @@ class NetLab:
             return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired as e:
             raise LabError(f"{' '.join(cmd)} in pod {pod} timed out after {timeout}s") from e
+
+    def _pod_node(self, pod: str, namespace: str) -> str:
+        """The pod's node: from the API, or (server stopped: an outage) the last one seen."""
+        r = self.kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False, timeout=20)
+        if r.returncode == 0:
+            node = (json.loads(r.stdout).get("spec") or {}).get("nodeName")
+            if not node:
+                raise LabError(f"pod {namespace}/{pod} is not scheduled")
+            self._pod_nodes[namespace, pod] = str(node)
+            return str(node)
+        known = self._pod_nodes.get((namespace, pod))
+        if known is None:
+            raise LabError(f"pod {namespace}/{pod}: no node known and the API says:\n{r.stderr}")
+        return known
 
     def _container_pid(self, dev: Device, pod: str, namespace: str, container: str | None) -> int:
         if dev.containerd is None:

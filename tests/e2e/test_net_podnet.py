@@ -5,7 +5,9 @@ vxlan` and `host-gw`; one lab per backend, shared by the module's tests):
   annotations (backend type, public IP = the device's address, VNI 1 and a VTEP MAC for vxlan);
 * pods take their IPs from their node's podCIDR (the agent's conflist in `--cni-conf-dir`);
 * a pod on device A reaches a pod on device B by IP, both ways, over the backend's routes
-  (host-gw: via the other device's address; vxlan: through `flannel.1`).
+  (host-gw: via the other device's address; vxlan: through `flannel.1`);
+* a deleted Node's route (and vxlan FDB and neighbour entries) disappear from the other device
+  (last: it takes device 2 away for good).
 
 Needs: N1 (podCIDRs), N3 (agent CNI conflist, routes, `--flannel-backend`). Marked slow;
 skipped with the reason when the lab cannot run here, failed under ORCH_REQUIRE_CONTAINERD=1.
@@ -120,3 +122,48 @@ def test_routes_to_the_other_devices_follow_the_backend(lab: NetLab) -> None:
                 assert f"via {other.address}" in line, routes
             else:
                 assert "dev flannel.1" in line, routes
+
+
+def vxlan_entries(lab: NetLab, device: int, mac: str) -> dict[str, list[str]]:
+    """The lines of `bridge fdb` and `ip neigh` on the device's flannel.1 that name `mac`."""
+    fdb = lab.exec(device, ["bridge", "fdb", "show", "dev", "flannel.1"]).stdout
+    neigh = lab.exec(device, ["ip", "-4", "neigh", "show", "dev", "flannel.1"]).stdout
+    return {
+        "fdb": [line for line in fdb.splitlines() if mac.lower() in line.lower()],
+        "neigh": [line for line in neigh.splitlines() if mac.lower() in line.lower()],
+    }
+
+
+def cidr_routes(lab: NetLab, device: int, cidr: ipaddress.IPv4Network) -> list[str]:
+    routes = lab.exec(device, ["ip", "-4", "route", "show"], check=True).stdout
+    return [r for r in routes.splitlines() if r.split()[:1] == [str(cidr)]]
+
+
+def test_a_deleted_nodes_routes_disappear_from_the_other_devices(lab: NetLab) -> None:
+    """Last in the module: device 2 goes away for good (its agent stopped, so it cannot register
+    again) and its Node is deleted; device 1 drops the route to its podCIDR (and for vxlan the
+    FDB and neighbour entries of its VTEP) within seconds."""
+    cidr = pod_cidrs(lab)["edge-2"]
+    mac = ""
+    if lab.flannel_backend == "vxlan":
+        notes = lab.kubectl_json("get", "node", "edge-2")["metadata"]["annotations"]
+        mac = json.loads(notes[ANNOTATION + "backend-data"])["VtepMAC"]
+    lab.wait_for(lambda: cidr_routes(lab, 1, cidr), f"edge-1's route to {cidr}", 30)
+    if mac:
+        entries = lab.wait_for(
+            lambda: (e := vxlan_entries(lab, 1, mac))["fdb"] and e["neigh"] and e,
+            f"edge-1's FDB and neighbour entries for edge-2's VTEP {mac}",
+            30,
+        )
+        assert any(lab.devices[1].address in line for line in entries["fdb"]), entries
+    lab.stop_agent(2)
+    lab.kubectl("delete", "node", "edge-2", "--wait=false")
+
+    def gone() -> bool:
+        left = cidr_routes(lab, 1, cidr)
+        if mac:
+            e = vxlan_entries(lab, 1, mac)
+            left += e["fdb"] + e["neigh"]
+        return not left
+
+    lab.wait_for(gone, f"edge-2's route{'/FDB/neighbour' if mac else ''} gone from edge-1", 30)
