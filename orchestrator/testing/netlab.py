@@ -34,6 +34,7 @@ The API is synchronous, like `ContainerdInstance` (module-scoped pytest fixtures
 `exec(device, argv)`, `kubectl(*args)`, `kubectl_json`, `apply(manifest)`, `pod_exec(pod, argv)`
 (a command inside a running pod's namespaces, through nsenter: the product has no `kubectl
 exec`; while the server is stopped it finds the pod on the node the API last named),
+`pod_net_exec(pod, argv)` (a host binary in the pod's network namespace only),
 `wait_for(fn, what, timeout)` (polls with a deadline; fails fast if a lab process died).
 """
 
@@ -289,6 +290,19 @@ class NetLab:
         env.setdefault("PATH", "/bin:/usr/bin:/sbin:/usr/sbin")
         try:
             return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired as e:
+            raise LabError(f"{' '.join(cmd)} in pod {pod} timed out after {timeout}s") from e
+
+    def pod_net_exec(
+        self, pod: str, argv: Sequence[str], *, namespace: str = "default", timeout: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a host binary in a running pod's network namespace only (its addresses, routes
+        and the node's rules as the pod meets them; the host's files and resolv.conf)."""
+        dev = self.device(self._pod_node(pod, namespace))
+        pid = self._container_pid(dev, pod, namespace, None)
+        cmd = [shutil.which("nsenter") or "/usr/bin/nsenter", "-t", str(pid), "-n", "--", *argv]
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as e:
             raise LabError(f"{' '.join(cmd)} in pod {pod} timed out after {timeout}s") from e
 
