@@ -19,6 +19,13 @@ CAP_SYS_RESOURCE (else every RunPodSandbox fails with "can't get final child's P
 driver); CNI binaries from Debian's /usr/lib/cni; AppArmor off so the same config works whether or
 not the host has AppArmor.
 
+Inside a network namespace (`netns="NAME"`: the daemon is started with `nsenter
+--net=/run/netns/NAME`, as `orchestrator.testing.netlab` does for its devices) the pod network
+belongs to that namespace: `network=None` claims no slot and writes no conflist, and
+`cni_conf_dir` points containerd at the directory the node agent writes its own conflist into;
+`private_dirs={"/var/lib/cni": DIR}` gives the daemon (and so its CNI plugins) its own copy of a
+host directory, bind-mounted in a mount namespace of its own, as if it ran on its own machine.
+
 The bridge and its subnet are host-wide, so each running instance holds a *network slot* N
 (bridge `orch<N>`, pods in 10.89.<N>.0/24, N in 0..99) with an flock on
 `/run/lock/orchestrator-cni-orch<N>.lock` until it stops. `network=0` (the default, and the
@@ -53,7 +60,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
@@ -122,8 +129,11 @@ class ContainerdInstance:
         self,
         base_dir: str | os.PathLike[str],
         *,
-        network: int | Literal["auto"] = 0,
+        network: int | Literal["auto"] | None = 0,
         cni_bin_dir: str = DEFAULT_CNI_BIN_DIR,
+        cni_conf_dir: str | os.PathLike[str] | None = None,
+        netns: str | None = None,
+        private_dirs: Mapping[str, str | os.PathLike[str]] | None = None,
         snapshotter: str = "overlayfs",
         log_level: str = "info",
         import_images: bool = True,
@@ -135,11 +145,18 @@ class ContainerdInstance:
         self.root = self.base_dir / "root"
         self.state = self.base_dir / "state"
         self.runc_root = self.base_dir / "runc"
-        self.cni_conf_dir = self.base_dir / "cni" / "net.d"
+        self.cni_conf_dir = (
+            Path(cni_conf_dir).absolute() if cni_conf_dir else self.base_dir / "cni" / "net.d"
+        )
+        self.netns = netns  # run the daemon inside this named network namespace
+        # {host path: our directory}: bind-mounted in a mount namespace of the daemon's own
+        # (slave: nothing it mounts reaches the host; all of it goes when its processes do).
+        self.private_dirs = {k: Path(v).absolute() for k, v in (private_dirs or {}).items()}
         self.cni_ipam_dir = self.base_dir / "cni" / "ipam"
         self.images_dir = self.base_dir / "images"
-        if network != "auto" and not 0 <= network <= MAX_NETWORK_SLOT:
-            raise ValueError(f"network slot must be 0..{MAX_NETWORK_SLOT} or 'auto'")
+        slot_ok = isinstance(network, int) and 0 <= network <= MAX_NETWORK_SLOT
+        if not (slot_ok or network in ("auto", None)):
+            raise ValueError(f"network slot must be 0..{MAX_NETWORK_SLOT}, 'auto' or None")
         self.network = network
         self.slot: int | None = None  # the claimed network slot, while running
         self._slot_lock: IO[bytes] | None = None
@@ -193,6 +210,8 @@ class ContainerdInstance:
     def _current_slot(self) -> int:
         if self.slot is not None:
             return self.slot
+        if self.network is None:
+            raise ContainerdError("no network slot: the pod network is someone else's (None)")
         if self.network == "auto":
             raise ContainerdError("network slot not claimed yet (start() claims it)")
         return self.network
@@ -209,6 +228,8 @@ class ContainerdInstance:
 
     def _claim_network(self) -> None:
         """Take the flock of our network slot (the first free one from 1 for `auto`)."""
+        if self.network is None:
+            return
         lock_dir = next((d for d in _LOCK_DIRS if os.access(d, os.W_OK)), _LOCK_DIRS[-1])
         candidates = range(1, MAX_NETWORK_SLOT + 1) if self.network == "auto" else [self.network]
         for slot in candidates:
@@ -313,9 +334,10 @@ state = {q(str(self.state))}
             d.mkdir(parents=True, exist_ok=True)
         self.base_dir.chmod(0o711)
         self.config_path.write_text(self.config_toml())
-        (self.cni_conf_dir / "10-orch.conflist").write_text(
-            json.dumps(self.cni_conflist(), indent=2) + "\n"
-        )
+        if self.network is not None:
+            (self.cni_conf_dir / "10-orch.conflist").write_text(
+                json.dumps(self.cni_conflist(), indent=2) + "\n"
+            )
 
     # -------------------------------------------------------------- lifecycle
     def start(self, timeout: float = 30.0) -> None:
@@ -340,8 +362,10 @@ state = {q(str(self.state))}
                 f"\n=== orchestrator.testing.containerd start {time.ctime()}\n".encode()
             )
             self._log.flush()
+            # nsenter, not `ip netns exec`: that remounts /sys, hiding the cgroup mount runc needs.
+            netns = ["nsenter", f"--net=/run/netns/{self.netns}", "--"] if self.netns else []
             self._proc = subprocess.Popen(
-                ["containerd", "--config", str(self.config_path)],
+                [*netns, *self._private_mounts(), "containerd", "--config", str(self.config_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
@@ -355,6 +379,21 @@ state = {q(str(self.state))}
         except BaseException:
             self.stop(teardown=False)
             raise
+
+    def _private_mounts(self) -> list[str]:
+        """The argv prefix that gives the daemon `private_dirs` ([] when there are none)."""
+        if not self.private_dirs:
+            return []
+        script, args = "", []
+        for i, (where, ours) in enumerate(sorted(self.private_dirs.items())):
+            ours.mkdir(parents=True, exist_ok=True)
+            Path(where).mkdir(parents=True, exist_ok=True)  # the mount point (an empty dir)
+            script += f'mount --bind "${{{2 * i + 1}}}" "${{{2 * i + 2}}}" && '
+            args += [str(ours), where]
+        n = len(args)
+        script += f'shift {n} && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", script, "sh",
+                *args]  # fmt: skip
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
