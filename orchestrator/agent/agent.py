@@ -49,8 +49,9 @@ from orchestrator.agent.podspec import LABEL_AGENT, LABEL_POD_UID, referenced_ob
 from orchestrator.agent.podstatus import TERMINAL
 from orchestrator.agent.podworker import PodWorker
 from orchestrator.client.resource import PODS, ResourceInfo
-from orchestrator.controllers.runtime import Client, EventRecorder, strip_managed_fields
+from orchestrator.controllers.runtime import Client, EventRecorder
 from orchestrator.controllers.runtime.client import CONFIGMAPS
+from orchestrator.controllers.runtime.intern import Interner
 from orchestrator.cri.runtime import CriError, RuntimeService
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
@@ -193,6 +194,11 @@ class Agent:
         self._nursery: trio.Nursery | None = None
         self._ctx: WorkerContext | None = None
         self.relists = 0
+        # The pods the agent keeps (its workers' copies) go through an informer's transform:
+        # no managedFields (nothing here reads them: half of a decoded pod, 12 of 25 KB), and
+        # the members sibling pods have alike (containers, tolerations, conditions) shared, as
+        # the controllers' caches do (issue 18). So they are read-only, as an informer's are.
+        self._intern = Interner()
 
     # ------------------------------------------------------------------ running
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -272,10 +278,7 @@ class Agent:
         uid = _uid(pod)
         if not uid:
             return
-        # What the agent keeps of a pod (its worker's copy) has no managedFields: nothing here
-        # reads them, they are about half of a decoded pod (12 of 25 KB, issue 18), and the
-        # status patches do not send them.
-        pod = strip_managed_fields(pod)
+        pod = self._intern.transform(pod)
         if etype == "DELETED":
             worker = self.workers.get(uid)
             if worker is not None:
@@ -331,6 +334,7 @@ class Agent:
                     field_selector=selector,
                     resource_version=rv,
                     timeout_seconds=WATCH_TIMEOUT,
+                    read_only=True,  # `_apply` keeps its own transformed copy, never these
                 ) as events:
                     async for etype, obj in events:
                         if etype in ("ADDED", "MODIFIED", "DELETED"):
