@@ -57,6 +57,7 @@ from orchestrator.agent.podworker import PodWorker
 from orchestrator.client.resource import PODS, ResourceInfo
 from orchestrator.controllers.runtime import Client, EventRecorder
 from orchestrator.controllers.runtime.client import CONFIGMAPS
+from orchestrator.controllers.runtime.intern import Interner
 from orchestrator.cri.runtime import CriError, RuntimeService
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
@@ -216,6 +217,11 @@ class Agent:
         self._nursery: trio.Nursery | None = None
         self._ctx: WorkerContext | None = None
         self.relists = 0
+        # The pods the agent keeps (its workers' copies) go through an informer's transform:
+        # no managedFields (nothing here reads them: half of a decoded pod, 12 of 25 KB), and
+        # the members sibling pods have alike (containers, tolerations, conditions) shared, as
+        # the controllers' caches do (issue 18). So they are read-only, as an informer's are.
+        self._intern = Interner()
 
     # ------------------------------------------------------------------ running
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -306,6 +312,7 @@ class Agent:
         uid = _uid(pod)
         if not uid:
             return
+        pod = self._intern.transform(pod)
         if etype == "DELETED":
             worker = self.workers.get(uid)
             if worker is not None:
@@ -361,6 +368,7 @@ class Agent:
                     field_selector=selector,
                     resource_version=rv,
                     timeout_seconds=WATCH_TIMEOUT,
+                    read_only=True,  # `_apply` keeps its own transformed copy, never these
                 ) as events:
                     async for etype, obj in events:
                         if etype in ("ADDED", "MODIFIED", "DELETED"):

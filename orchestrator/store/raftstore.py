@@ -243,6 +243,7 @@ class RaftStore:
 
     def _on_apply(self, events: Sequence[Event]) -> None:
         """The node applied a batch whose writes made `events`."""
+        events = self.recent.share_prev(events)
         self.recent.remember(events)
         try:
             self.hub.publish(events, self.mvcc.revision())

@@ -72,6 +72,27 @@ class RecentValues:
             self.revision = events[-1].kv.mod_revision
         self.bytes = self._trim(size)
 
+    def share_prev(self, events: Sequence[Event]) -> Sequence[Event]:
+        """`events` with each `prev_kv` replaced by the value object held here for it, when this
+        holds that very revision of the key (call it before `remember`). The store reads a
+        write's previous value from the database, as a new copy of bytes that the previous
+        write's event (in the watch hub's ring) and this already hold: shared, the ring keeps
+        each value once instead of twice (issue 18: half of the ring's bytes)."""
+        shared: list[Event] | None = None
+        values = self.values
+        for i, ev in enumerate(events):
+            prev = ev.prev_kv
+            if prev is None:
+                continue
+            known = values.get(prev.key)
+            # (key, mod_revision) names one value for good.
+            if known is None or known is prev or known.mod_revision != prev.mod_revision:
+                continue
+            if shared is None:
+                shared = list(events)
+            shared[i] = Event(ev.type, ev.kv, known)
+        return events if shared is None else shared
+
     def remember_read(self, key: str, kv: KeyValue | None, revision: int) -> None:
         """Add what a database read of `key` at `revision` found, if it is still the key's live
         value: the apply events have shown nothing after `revision` (and, then, nothing about

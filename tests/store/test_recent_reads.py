@@ -107,3 +107,22 @@ async def test_namespace_like_keys_are_read_from_the_database_once(tmp_path: Pat
             assert await store.get("/ns/default", linearizable=False) == ns
             await store.create(f"/pods/q{i}", b"pod")  # writes to other keys meanwhile
         assert reads == 1
+
+
+def test_a_previous_value_it_holds_is_shared_with_the_event() -> None:
+    s = RecentValues()
+    s.remember([_put("a", b"v1", 2)])
+    held = s.get("a")
+    assert isinstance(held, KeyValue)
+    copy = KeyValue("a", bytes(bytearray(b"v1")), 2, 2, 1)  # the store's read of it
+    events = [
+        Event(EventType.PUT, KeyValue("a", b"v2", 2, 3, 2), copy),
+        Event(EventType.PUT, KeyValue("b", b"w", 4, 4, 1), KeyValue("b", b"old", 1, 1, 1)),
+    ]
+    out = s.share_prev(events)
+    assert out[0].prev_kv is held  # the same revision: one value object
+    assert out[0].kv is events[0].kv
+    assert out[1] is events[1]  # "b" at revision 1 is not known here
+    s.remember(out)
+    stale = [Event(EventType.PUT, KeyValue("a", b"v4", 2, 5, 4), copy)]  # not the held revision
+    assert s.share_prev(stale) is stale
