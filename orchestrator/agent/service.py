@@ -45,31 +45,16 @@ be bound stops start-up with one line (`listenerrors.ListenerError`: `error: --k
 10.0.0.5:10250: port 10250 is already in use ...`), exit status 1: a Node must not advertise a
 port some other process holds (the API server would send its log requests there).
 
-Cluster DNS (`agent.net.nodedns`): `--cluster-dns` (default 10.43.0.10; empty: pods get the
-node's resolv.conf), `--cluster-domain` (cluster.local) and `--resolv-conf` (/etc/resolv.conf)
-make pods' resolv.conf per dnsPolicy; the node-local DNS server answers on the cluster DNS
-address (port 53, dummy interface `orch-dns`) with a containerd runtime, or on `--dns-listen
-HOST:PORT` when given; with the simulated runtime and no `--dns-listen` it is not started.
+Runtime (`--runtime`, both commands, `agent/runtimes.py`): `auto` (default) uses containerd
+when its socket answers, else the simulated runtime, loudly (a WARNING and a Node label).
 
-Runtime (`--runtime`, both commands): `auto` (default) uses containerd when its socket
-(`--containerd-socket`, default `/run/containerd/containerd.sock`) exists and answers `Version`
-within `PROBE_TIMEOUT`; otherwise the in-memory simulated runtime, with a WARNING (pods "run"
-but no process starts) and the Node labelled `orchestrator.dev/runtime=simulated` (as with
-`--runtime simulated`), so nobody mistakes such a node for a real one.
-
-Node proxy (`net.proxy`, kube-proxy's iptables mode, from the agent's `net.svccache` of Services
-and EndpointSlices): on with the containerd runtime unless `--disable-proxy`; never with the
-simulated runtime (its pod IPs are fake). The embedded agent runs it only when
-`AgentConfig.proxy` is set (it programs the host's iptables). It uses `--cluster-cidr` and
-`--cluster-dns` (k3s's defaults when this build has no such flags).
-
-Pod network (`agent/net/podnet.py`, k3s's flags): the agent follows the Nodes, hands its
-node's podCIDR to the runtime (CRI `UpdateRuntimeConfig`), and on containerd also writes the
-CNI conflist into `--cni-conf-dir` (default /etc/cni/net.d), programs the routes to the other
-nodes' podCIDRs with `--flannel-backend` (vxlan, the default, or host-gw; none: the user brings
-the network) and masquerades traffic leaving `--cluster-cidr` (default 10.42.0.0/16). On the
-simulated runtime only the podCIDR handover runs (its pods have no network to program). The
-embedded agent runs it when `AgentConfig.network` is set.
+Networking (`agent/net/`, flags and starters in `net/flags.py`, k3s's names): the pod network
+(podCIDR to the runtime; on containerd also the CNI conflist, the routes of `--flannel-backend`
+and masquerade), the node proxy (containerd only, unless `--disable-proxy`) and the node DNS
+(on the cluster DNS address with containerd, or on `--dns-listen`), with pods' resolv.conf and
+Service variables from the agent's Service cache. Only a node on containerd changes its host's
+network; the embedded agent takes the same settings from the server's flags
+(`embedded_network`).
 
 Under systemd (`orchestrator install-service agent`): READY=1 once the agent runs and the
 container runtime answers (never gated on the server), STATUS= with the connection state,
@@ -107,8 +92,12 @@ from orchestrator.agent.net.flags import (
     add_podnet_flags,
     network_settings,
     pod_network,
+    proxy_config,
+    start_node_dns,
+    start_proxy,
 )
 from orchestrator.agent.podcontext import WorkerOptions
+from orchestrator.agent.runtimes import RUNTIMES, choose_runtime
 from orchestrator.config import ListOption
 from orchestrator.cri.runtime import RuntimeService
 from orchestrator.listenerrors import ListenerError, naming_listener
@@ -120,22 +109,17 @@ if TYPE_CHECKING:
     from orchestrator.agent.logs import EndpointTLS, LogEndpoint
     from orchestrator.agent.net.nodedns import NodeDnsOptions
     from orchestrator.agent.net.poddns import PodDNS
-    from orchestrator.agent.net.proxyrules import ProxyConfig
     from orchestrator.apiserver.server import ApiServer
     from orchestrator.client.config import ClientConfig
     from orchestrator.client.endpoints import EndpointSet
     from orchestrator.security.pki import Pki
 
 __all__ = [
-    "RUNTIME_LABEL",
     "AgentConfig",
     "add_parser",
-    "choose_runtime",
     "client_config",
-    "detect_runtime",
     "endpoint_set",
     "main",
-    "make_runtime",
     "run_embedded",
     "server_urls",
 ]
@@ -198,64 +182,6 @@ class AgentConfig:
     flannel_backend: str = "vxlan"
     cni_conf_dir: Path | None = Path(DEFAULT_CNI_CONF_DIR)
     cni_bin_dir: Path = Path(DEFAULT_CNI_BIN_DIR)
-
-
-RUNTIMES = ("auto", "containerd", "simulated")
-RUNTIME_LABEL = "orchestrator.dev/runtime"  # = "simulated" on nodes whose pods run nowhere
-PROBE_TIMEOUT = 2.0  # seconds containerd has to answer `Version` for `--runtime auto`
-
-
-def make_runtime(kind: str, containerd_socket: str | None = None) -> RuntimeService:
-    if kind == "simulated":
-        from orchestrator.cri.simulated import SimulatedRuntime
-
-        return SimulatedRuntime()
-    if kind == "containerd":
-        from orchestrator.cri.containerd import DEFAULT_SOCKET, CriRuntime
-
-        return CriRuntime(containerd_socket or DEFAULT_SOCKET)
-    raise ValueError(f"unknown runtime {kind!r} (containerd or simulated)")
-
-
-async def detect_runtime(containerd_socket: str | None = None) -> tuple[str, str]:
-    """For `--runtime auto`: ("containerd", "") if containerd's socket exists and answers
-    `Version` within `PROBE_TIMEOUT`, else ("simulated", why not containerd). The gRPC stack
-    is imported only when the socket exists."""
-    path = containerd_socket or "/run/containerd/containerd.sock"
-    if not await trio.Path(path).exists():
-        return "simulated", f"no containerd socket at {path}"
-    from orchestrator.cri.containerd import CriRuntime
-    from orchestrator.cri.runtime import CriError
-
-    probe = CriRuntime(path, call_timeout=PROBE_TIMEOUT, retries=0)
-    try:
-        with trio.fail_after(PROBE_TIMEOUT + 1.0):
-            await probe.version()
-        return "containerd", ""
-    except (CriError, OSError, trio.TooSlowError) as exc:
-        return "simulated", f"containerd at {path} does not answer: {exc or type(exc).__name__}"
-    finally:
-        await probe.aclose()
-
-
-async def choose_runtime(
-    kind: str, containerd_socket: str | None, labels: dict[str, str]
-) -> tuple[str, RuntimeService]:
-    """The runtime to run on (resolving `auto`, see the module doc) and the Node labels to
-    register with (`labels` plus the simulated marker where it applies)."""
-    if kind == "auto":
-        kind, why = await detect_runtime(containerd_socket)
-        if kind == "simulated":
-            log.warning(
-                "WARNING: %s; using the SIMULATED container runtime: pods will be reported "
-                "Running but NO container process starts (node labelled %s=simulated; start "
-                "containerd or pass --containerd-socket for real containers)",
-                why,
-                RUNTIME_LABEL,
-            )
-    if kind == "simulated":
-        labels[RUNTIME_LABEL] = "simulated"
-    return kind, make_runtime(kind, containerd_socket)
 
 
 def parse_labels(text: str) -> dict[str, str]:
@@ -426,21 +352,6 @@ def add_parser(sub: Any) -> None:
     add_podnet_flags(a)
 
 
-def add_embedded_network_flags(parser: argparse.ArgumentParser) -> None:
-    """The `server` flags of its embedded agent's pod network, node proxy and node DNS (the
-    agent's, without the address plan, which the server's own flags give)."""
-    from orchestrator.agent.net.nodedns import add_dns_flags
-
-    add_podnet_flags(parser, cluster_cidr=False)
-    parser.add_argument(
-        "--disable-proxy",
-        action="store_true",
-        help="do not run the node proxy (Service rules in iptables; on by default with the "
-        "containerd runtime)",
-    )
-    add_dns_flags(parser, plan=False)
-
-
 def embedded_network(
     config: AgentConfig, args: argparse.Namespace, network: NetworkSettings
 ) -> AgentConfig:
@@ -464,23 +375,6 @@ def embedded_network(
         pod_dns=pod_dns,
         node_dns=NodeDnsOptions(pod_dns, listen=listen),
     )
-
-
-def proxy_config(node_name: str, network: NetworkSettings) -> ProxyConfig:
-    """The node proxy's settings from the address plan (`--cluster-cidr`, `--cluster-dns`)."""
-    from orchestrator.agent.net.proxyrules import ProxyConfig
-
-    return ProxyConfig.create(node_name, str(network.cluster_cidr), str(network.cluster_dns))
-
-
-async def start_proxy(nursery: trio.Nursery, agent: Agent, config: ProxyConfig) -> None:
-    """Start the node proxy on `agent.services` (the agent must run with `service_cache`)."""
-    from orchestrator.agent.net.proxy import NodeProxy, ProxyOptions
-
-    if agent.services is None:
-        raise RuntimeError("the node proxy needs the agent's service cache (service_cache)")
-    await nursery.start(NodeProxy(agent.services, ProxyOptions(config)).run)
-    log.info("node proxy running (cluster CIDR %s)", config.cluster_cidr)
 
 
 def add_kubelet_port(parser: argparse.ArgumentParser) -> None:
@@ -662,16 +556,6 @@ async def _serve(args: argparse.Namespace, cfg: ClientConfig) -> None:
     finally:
         with trio.CancelScope(shield=True):
             await runtime.aclose()
-
-
-async def start_node_dns(
-    nursery: trio.Nursery, options: AgentOptions, dns: NodeDnsOptions | None
-) -> None:
-    """Start the node DNS server when `dns` asks for one (it retries on its own)."""
-    from orchestrator.agent.net.nodedns import run_node_dns
-
-    if dns is not None:
-        await nursery.start(run_node_dns, options.cluster, dns)
 
 
 RUNTIME_RETRY = 2.0  # seconds between runtime checks before READY=1

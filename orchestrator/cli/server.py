@@ -154,7 +154,8 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--node-name", help="name of this server's Node (default: the hostname)")
     s.add_argument("--no-agent", action="store_true", help="run no node agent on this server")
     s.add_argument("--containerd-socket", help="containerd's socket for this server's agent")
-    from orchestrator.agent.service import add_embedded_network_flags, add_kubelet_port
+    from orchestrator.agent.net.flags import add_embedded_network_flags
+    from orchestrator.agent.service import add_kubelet_port
 
     add_kubelet_port(s)  # --kubelet-port: the embedded agent's log endpoint
     s.add_argument(

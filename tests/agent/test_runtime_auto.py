@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from orchestrator.agent.service import RUNTIME_LABEL, choose_runtime, detect_runtime
+from orchestrator.agent.runtimes import RUNTIME_LABEL, choose_runtime, detect_runtime
 from orchestrator.cli.main import _build_parser
 from orchestrator.cri.simulated import SimulatedRuntime
 
