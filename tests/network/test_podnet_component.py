@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from network.fakenodes import FakeNodes, node
-from network.netnslab import Lab, can_make_namespaces, dial, listen
+from network.netnslab import Lab, can_make_namespaces, dial, ip, listen
 from orchestrator.agent.localstore import LocalStore
 from orchestrator.agent.net.podnet import PodNetwork, PodNetworkOptions
 from orchestrator.agent.net.routeplan import ANN_BACKEND_DATA, ANN_BACKEND_TYPE, NetState
@@ -182,3 +182,88 @@ async def test_agents_exchange_annotations_and_carry_pod_traffic(
             server.stdout.close()
         for store in stores.values():
             await store.aclose()
+
+
+@needs_netns
+async def test_a_recreated_vxlan_device_keeps_the_published_mac_while_offline(
+    tmp_path: Path,
+) -> None:
+    """Node A's flannel.1 is lost (a reboot) or gets another MAC while the server is down: A
+    restarts from its local store with the MAC it published, which B's FDB and neighbour
+    entries still hold, so pod B reaches pod A without anything new being published."""
+    lab = Lab().start(2)
+    a, b = lab.nodes
+    api = FakeNodes()
+    for n in lab.nodes:
+        api.put(node(n.name, n.pod_cidr, n.ip))
+    stores = {n.name: await LocalStore.open(tmp_path / n.name / "agent.db") for n in lab.nodes}
+
+    def network(n: object) -> PodNetwork:
+        name = n.name  # type: ignore[attr-defined]
+        opts = PodNetworkOptions(
+            cni_conf_dir=None,
+            netns=n.ns,  # type: ignore[attr-defined]
+            resync_interval=1.0,
+        )
+        return PodNetwork(
+            SETTINGS, "vxlan", name, n.ip,  # type: ignore[attr-defined]
+            client=cast(Client, api), store=stores[name], options=opts,
+        )  # fmt: skip
+
+    async def reply() -> str:
+        return await trio.to_thread.run_sync(dial, b.pod_ns, a.pod_ip, PORT)
+
+    async def restart_a_offline() -> str:
+        """A's agent started again with the server down: the MAC of its flannel.1."""
+        async with trio.open_nursery() as nursery:
+            net_a = network(a)
+            await nursery.start(net_a.run)
+            nursery.cancel_scope.cancel()
+        return net_a.vtep_mac
+
+    server = listen(a.pod_ns, PORT)
+    try:
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                nets = {n.name: network(n) for n in lab.nodes}
+                for net in nets.values():
+                    await nursery.start(net.run)
+                # A's MAC published, back in A's own view (so in its local store), and
+                # programmed on B
+                await wait_until(
+                    lambda: (
+                        nets[a.name].vtep_mac != ""
+                        and nets[a.name].nodes[a.name].vtep_mac == nets[a.name].vtep_mac
+                    )
+                )
+                while await reply() != b.pod_ip:  # noqa: ASYNC110  (B programs A: remote state)
+                    await trio.sleep(0.1)
+                published = nets[a.name].vtep_mac
+                api.cut()
+                nursery.cancel_scope.cancel()  # B's entries stay programmed, pointing at A's MAC
+            patches = len(api.patches)
+
+            a_netlink = NetlinkThread(netns=a.ns)
+            try:
+                # a reboot: flannel.1 is gone with its MAC
+                await a_netlink.call(RouteDriver.remove_vxlan)
+                assert (await reply()).startswith("error")
+                assert await restart_a_offline() == published
+                assert await reply() == b.pod_ip
+
+                # flannel.1 is there but with another MAC: set back to the published one
+                ip("-n", a.ns, "link", "set", "flannel.1", "address", "02:00:5e:10:00:99")
+                assert (await reply()).startswith("error")
+                assert await restart_a_offline() == published
+                assert await reply() == b.pod_ip
+            finally:
+                await a_netlink.aclose()
+            assert len(api.patches) == patches  # nothing could be (or needed to be) published
+    finally:
+        server.kill()
+        server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
+        for store in stores.values():
+            await store.aclose()
+        lab.close()

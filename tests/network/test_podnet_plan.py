@@ -27,6 +27,8 @@ from orchestrator.agent.net.routeplan import (
     diff,
     node_net,
     plan,
+    reusable_mac,
+    vtep_mac,
 )
 
 CLUSTER = ipaddress.ip_network("10.42.0.0/16")
@@ -70,6 +72,22 @@ def test_node_net_waits_for_a_pod_cidr_and_an_address() -> None:
 def test_node_net_names_the_bad_field(cidr: str, ip: str, ann: dict[str, str], field: str) -> None:
     with pytest.raises(NodeNetError, match=field):
         node_net(node("a", cidr, ip, ann))
+
+
+def test_a_published_vtep_mac_is_reused_only_when_the_kernel_takes_it() -> None:
+    data = json.dumps({"VNI": 1, "VtepMAC": "0A:58:0A:2A:00:01"})
+    assert vtep_mac({ANN_BACKEND_DATA: data}, "a") == "0a:58:0a:2a:00:01"
+    assert vtep_mac({}, "a") == ""
+    assert vtep_mac({ANN_BACKEND_DATA: json.dumps([1])}, "a") == ""
+    with pytest.raises(NodeNetError, match=r"node a: .*not JSON"):
+        vtep_mac({ANN_BACKEND_DATA: "{"}, "a")
+    assert reusable_mac("0a:58:0a:2a:00:01")
+    assert reusable_mac("02:AA:BB:CC:DD:EE")
+    assert not reusable_mac("01:00:5e:00:00:01")  # multicast: the kernel refuses it
+    assert not reusable_mac("ff:ff:ff:ff:ff:ff")
+    assert not reusable_mac("00:00:00:00:00:00")
+    assert not reusable_mac("0a:58")
+    assert not reusable_mac("")
 
 
 def test_host_gw_routes_via_the_other_nodes() -> None:

@@ -17,10 +17,14 @@ InternalIP, public IP, VTEP MAC) and makes the node match it, level-based:
      per value; the simulated runtime then takes pod IPs from it) and into the CNI conflist in
      `cni_conf_dir` (`cniconf`; only on change);
   2. when `program` is on (a real node; off for the simulated runtime, whose pods have no
-     network): the vxlan device (`vxlan`), our flannel annotations on our Node when they
-     differ (`backend-type`, `backend-data` with our VTEP MAC, `public-ip`), the routes /
-     neighbours / FDB entries of every other node (`routeplan.plan` + `routes.RouteDriver.
-     sync`: stale entries of ours go too), masquerade and forwarding (`masq`).
+     network): the vxlan device (`vxlan`; with the VTEP MAC we last published — from the
+     view, so from the local store after a reboot — as flannel does: the other nodes' FDB
+     and neighbour entries keep working even when the device was recreated while the server
+     was unreachable; a random MAC only for a node that never published one), our flannel
+     annotations on our Node when they differ (`backend-type`, `backend-data` with our VTEP
+     MAC, `public-ip`), the routes / neighbours / FDB entries of every other node
+     (`routeplan.plan` + `routes.RouteDriver.sync`: stale entries of ours go too), masquerade and
+     forwarding (`masq`).
   A failed step (runtime down, iptables missing, netlink refusing, API unreachable) is logged
   and retried with back-off; nothing here stops the agent.
 
@@ -31,6 +35,7 @@ inside that named namespace (the tests'; never the host's own tables in a test).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +53,8 @@ from orchestrator.agent.net.routeplan import (
     backend_annotations,
     node_net,
     plan,
+    reusable_mac,
+    vtep_mac,
 )
 from orchestrator.client.resource import NODES
 from orchestrator.controllers.runtime import Client
@@ -116,6 +123,7 @@ class PodNetwork:
         self.healthy = False  # the last round did every step
         self._own_annotations: Mapping[str, str] | None = None  # as last seen on our Node
         self._runtime_cidr = ""  # handed to the runtime already
+        self._bad_mac = ""  # an unusable published VtepMAC (logged once)
         self._problems: tuple[str, ...] = ()
         self._bad: dict[str, str] = {}  # node -> why its Node was unusable (logged once)
         self._wake = trio.Event()
@@ -302,7 +310,7 @@ class PodNetwork:
         try:
             if self.backend == "vxlan" and own is not None:
                 self.vtep_mac = await self._netlink.call(
-                    RouteDriver.ensure_vxlan, self.node_ip, own.pod_cidr
+                    RouteDriver.ensure_vxlan, self.node_ip, own.pod_cidr, self._published_mac(own)
                 )
             ok = await self._publish() and ok
             if self.backend == "vxlan" and not self.vtep_mac:
@@ -331,6 +339,25 @@ class PodNetwork:
             log.warning("pod network: masquerade: %s", exc)
             ok = False
         return ok
+
+    def _published_mac(self, own: NodeNet) -> str:
+        """The VTEP MAC the other nodes know us by, for our vxlan device: the one in our Node
+        as last seen (the view, kept in the local store: it survives a reboot with the server
+        down), else the live annotation (just patched, not yet back through the watch), else
+        "" (a brand-new node: a random one, then published)."""
+        candidates = [own.vtep_mac]
+        if self._own_annotations is not None:
+            with contextlib.suppress(NodeNetError):  # logged by `_parse` when it came in
+                candidates.append(vtep_mac(self._own_annotations, self.node_name))
+        for mac in candidates:
+            if mac and reusable_mac(mac):
+                return mac
+            if mac and self._bad_mac != mac:
+                log.warning(
+                    "pod network: our published VtepMAC %s is not usable; replacing it", mac
+                )
+                self._bad_mac = mac
+        return ""
 
     async def _publish(self) -> bool:
         """Our flannel annotations on our Node, when they differ from what it has."""

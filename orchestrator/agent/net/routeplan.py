@@ -30,8 +30,9 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from orchestrator.kube.objects import Obj
 
@@ -54,6 +55,8 @@ __all__ = [
     "diff",
     "node_net",
     "plan",
+    "reusable_mac",
+    "vtep_mac",
 ]
 
 BACKENDS = ("vxlan", "host-gw", "none")
@@ -201,16 +204,29 @@ def node_net(node: Obj) -> NodeNet | None:
         raise NodeNetError(
             f"node {name}: {ANN_PUBLIC_IP} {public_text!r} is not an address"
         ) from None
-    mac = ""
-    data_text = annotations.get(ANN_BACKEND_DATA)
-    if data_text:
-        try:
-            data = json.loads(str(data_text))
-        except ValueError:
-            raise NodeNetError(f"node {name}: {ANN_BACKEND_DATA} is not JSON") from None
-        if isinstance(data, dict):
-            mac = _mac(str(data.get("VtepMAC") or ""), name)
+    mac = vtep_mac(annotations, name)
     return NodeNet(name, str(network), str(ip), str(public), mac)
+
+
+def vtep_mac(annotations: Mapping[str, Any], name: str) -> str:
+    """The VtepMAC of a Node's `backend-data` annotation, lower-case; "" when none."""
+    data_text = annotations.get(ANN_BACKEND_DATA)
+    if not data_text:
+        return ""
+    try:
+        data = json.loads(str(data_text))
+    except ValueError:
+        raise NodeNetError(f"node {name}: {ANN_BACKEND_DATA} is not JSON") from None
+    return _mac(str(data.get("VtepMAC") or ""), name) if isinstance(data, dict) else ""
+
+
+def reusable_mac(mac: str) -> bool:
+    """Whether a published VtepMAC can be put back on our vxlan device: a unicast, non-zero
+    MAC (the kernel refuses others; such an annotation is replaced by a fresh one)."""
+    if not _MAC.match(mac.lower()):
+        return False
+    first = int(mac[:2], 16)
+    return not first & 1 and mac.lower() != "00:00:00:00:00:00"
 
 
 def backend_annotations(backend: str, public_ip: str, vtep_mac: str = "") -> dict[str, str]:

@@ -8,8 +8,9 @@ Theory of operation
   that `current()` finds exactly ours (stale ones from an earlier run included) and never
   touches a route the administrator or DHCP made;
 * for `vxlan`, the device `flannel.1` (VNI 1, UDP 8472, no learning, local = the node's
-  address) with the podCIDR's network address /32 on it, and its permanent neighbour and FDB
-  entries (the device is ours: every such entry on it is ours).
+  address, and the MAC this node published, which the other nodes' entries point at) with the
+  podCIDR's network address /32 on it, and its permanent neighbour and FDB entries (the device
+  is ours: every such entry on it is ours).
 
 `sync(desired)` reads what is programmed, diffs (`routeplan.diff`) and applies removals then
 additions — level-based, so a start after a crash or reboot removes stale entries and a
@@ -89,16 +90,22 @@ class RouteDriver:
         found = self._ipr.link_lookup(ifname=name)
         return int(found[0]) if found else None
 
-    def ensure_vxlan(self, local_ip: str, pod_cidr: str) -> str:
+    def ensure_vxlan(self, local_ip: str, pod_cidr: str, mac: str = "") -> str:
         """Make `flannel.1` as flannel would (module doc); its MAC. A device with other
-        parameters (VNI, port, local address) is replaced; an existing right one is kept, so
-        its MAC — which the other nodes have — survives agent restarts."""
+        parameters (VNI, port, local address) is replaced; an existing right one is kept.
+
+        `mac` is the VTEP MAC this node published (the other nodes' neighbour and FDB entries
+        point at it): a new device gets it, and an existing one with another MAC is set back
+        to it — so a reboot or a deleted device while the server is unreachable (nothing new
+        can be published) does not cut the other nodes off our pods. "" (a node that never
+        published one) lets the kernel pick a random MAC, or keeps the existing device's."""
         network = ipaddress.ip_network(pod_cidr)
         index = self._index(self.device)
         if index is not None and not self._vxlan_matches(index, local_ip):
             self._ipr.link("del", index=index)
             index = None
         if index is None:
+            extra = {"address": mac} if mac else {}
             self._ipr.link(
                 "add",
                 ifname=self.device,
@@ -107,9 +114,12 @@ class RouteDriver:
                 vxlan_port=VXLAN_PORT,
                 vxlan_local=local_ip,
                 vxlan_learning=0,
+                **extra,
             )
             index = self._index(self.device)
             assert index is not None
+        elif mac and self._mac(index) != mac.lower():
+            self._ipr.link("set", index=index, address=mac)
         want = (str(network.network_address), network.max_prefixlen)
         for addr in self._ipr.get_addr(index=index):
             have = (addr.get("IFA_ADDRESS"), addr["prefixlen"])
@@ -121,7 +131,10 @@ class RouteDriver:
             if exc.code != _EEXIST:
                 raise
         self._ipr.link("set", index=index, state="up")
-        return str(self._ipr.link("get", index=index)[0].get("IFLA_ADDRESS"))
+        return self._mac(index)
+
+    def _mac(self, index: int) -> str:
+        return str(self._ipr.link("get", index=index)[0].get("IFLA_ADDRESS")).lower()
 
     def _vxlan_matches(self, index: int, local_ip: str) -> bool:
         link = self._ipr.link("get", index=index)[0]
