@@ -4,9 +4,9 @@ and tcpSocket readiness and liveness probes, and print one JSON report on stdout
 
 Usage: python netns_driver.py DATA_DIR
 
-In this namespace a connect to a simulated pod IP (10.88.x.x) fails with ENETUNREACH, so a probe
-that dialled would fail: pods that become Ready and stay Running without restarts prove that the
-probes were answered by the simulation.
+In this namespace a connect to a simulated pod IP (10.42.x.x, from its node's podCIDR) fails
+with ENETUNREACH, so a probe that dialled would fail: pods that become Ready and stay Running
+without restarts prove that the probes were answered by the simulation.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def pod_ip_unreachable() -> bool:
     """The namespace is what the test needs: a dial to a simulated pod IP cannot leave."""
     with socket.socket() as s:
         try:
-            s.connect(("10.88.0.2", 8080))
+            s.connect(("10.42.0.2", 8080))
         except OSError as exc:
             return exc.errno == errno.ENETUNREACH
     return False

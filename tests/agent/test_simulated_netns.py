@@ -1,10 +1,10 @@
-"""The simulated runtime never opens a network connection on a pod's behalf, proven end to end:
-an all-in-one `orchestrator server --runtime simulated` runs in a network namespace that has only
+"""The simulated runtime never opens a network connection on a pod's behalf, proven end to end: an
+all-in-one `orchestrator server --runtime simulated` runs in a network namespace that has only
 loopback (`unshare -n`, created by this test), where any connect to a simulated pod IP
-(10.88.x.x) fails with ENETUNREACH. A Deployment whose pods have httpGet and tcpSocket startup,
-readiness and liveness probes (period 1 s, liveness failureThreshold 1) becomes Ready and stays
-Running without a restart: had a probe dialled, it would have failed. `netns_driver.py` runs
-inside the namespace and reports in JSON.
+(10.42.x.x, from its node's podCIDR) fails with ENETUNREACH. A Deployment whose pods have
+httpGet and tcpSocket startup, readiness and liveness probes (period 1 s, liveness
+failureThreshold 1) becomes Ready and stays Running without a restart: had a probe dialled, it
+would have failed. `netns_driver.py` runs inside the namespace and reports in JSON.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def test_simulated_pods_are_probed_in_a_loopback_only_namespace(tmp_path: Path) 
     assert "error" not in report, (report, log[-4000:])
     assert len(report["became_ready"]) == 2
     for pod in report["pods"]:
-        assert pod["podIP"].startswith("10.88."), pod  # a simulated, unreachable address
+        assert pod["podIP"].startswith("10.42."), pod  # a simulated, unreachable address
         assert (pod["phase"], pod["ready"], pod["restarts"]) == ("Running", True, 0), pod
     assert {pod["name"] for pod in report["pods"]} == set(report["became_ready"])
     # The agent's endpoint is on the node's address, which is loopback here.
