@@ -27,17 +27,19 @@ only deletes those of Services that are gone.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from orchestrator.client.resource import ENDPOINTS, PODS, SERVICES
-from orchestrator.controllers.podutil import is_pod_ready
+from orchestrator.controllers.podutil import (
+    enqueue_selecting_services,
+    is_pod_ready,
+    selector_matches,
+    target_port,
+)
 from orchestrator.controllers.runtime.client import Client
 from orchestrator.controllers.runtime.controller import Controller, Result
 from orchestrator.controllers.runtime.informer import (
     NAMESPACE_INDEX,
     InformerFactory,
-    deleted_object,
-    object_key,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.kube.errors import ApiError
@@ -49,23 +51,6 @@ __all__ = ["EndpointsController", "desired_subsets", "endpoints_controller"]
 log = logging.getLogger(__name__)
 
 WORKERS = 5  # --concurrent-endpoint-syncs
-
-
-def _selects(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
-    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
-
-
-def _resolve_port(pod: Obj, target: Any) -> int | None:
-    if isinstance(target, int):
-        return target
-    text = str(target)
-    if text.isdigit():
-        return int(text)
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        for p in (c or {}).get("ports") or []:
-            if isinstance(p, dict) and p.get("name") == text and p.get("containerPort"):
-                return int(p["containerPort"])
-    return None
 
 
 def _address(pod: Obj) -> Obj:
@@ -95,7 +80,7 @@ def desired_subsets(service: Obj, pods: list[Obj]) -> list[Obj]:
     for pod in pods:
         meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
-        if not _selects(selector, meta.get("labels") or {}):
+        if not selector_matches(selector, meta.get("labels") or {}):
             continue
         if not status.get("podIP") or meta.get("deletionTimestamp"):
             continue
@@ -103,7 +88,7 @@ def desired_subsets(service: Obj, pods: list[Obj]) -> list[Obj]:
             continue
         ports = []
         for sp in svc_ports:
-            port = _resolve_port(pod, sp.get("targetPort", sp.get("port")))
+            port = target_port(pod, sp.get("targetPort", sp.get("port")))
             if port is not None:
                 ports.append((str(sp.get("name") or ""), port, str(sp.get("protocol") or "TCP")))
         if svc_ports and not ports:
@@ -143,21 +128,7 @@ class EndpointsController:
         c.watches(self.services)
         c.watches(self.endpoints)  # Endpoints ns/name is its Service's key
 
-        def pod_changed(pod: Obj, old: Obj | None = None) -> None:
-            meta = pod.get("metadata") or {}
-            labels = [meta.get("labels") or {}]
-            if old is not None:
-                labels.append((old.get("metadata") or {}).get("labels") or {})
-            for svc in self.services.by_index(NAMESPACE_INDEX, str(meta.get("namespace") or "")):
-                selector = (svc.get("spec") or {}).get("selector") or {}
-                if any(_selects(selector, lb) for lb in labels):
-                    c.enqueue(object_key(svc))
-
-        self.pods.add_event_handler(
-            on_add=pod_changed,
-            on_update=lambda old, new: pod_changed(new, old),
-            on_delete=lambda obj: pod_changed(deleted_object(obj)),
-        )
+        enqueue_selecting_services(self.pods, self.services, c.enqueue)
         return c
 
     async def reconcile(self, key: str) -> Result:

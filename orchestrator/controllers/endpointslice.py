@@ -38,14 +38,13 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.client.resource import ENDPOINT_SLICES, ENDPOINTS, PODS, SERVICES
-from orchestrator.controllers.podutil import Expectations
+from orchestrator.controllers.podutil import Expectations, enqueue_selecting_services
 from orchestrator.controllers.runtime.client import Client
 from orchestrator.controllers.runtime.controller import Controller, Result
 from orchestrator.controllers.runtime.informer import (
     NAMESPACE_INDEX,
     InformerFactory,
     deleted_object,
-    object_key,
 )
 from orchestrator.controllers.runtime.manager import ControllerContext
 from orchestrator.controllers.slicecore import (
@@ -74,10 +73,6 @@ def _service_of(slice_: Obj) -> list[str]:
     meta = slice_.get("metadata") or {}
     name = (meta.get("labels") or {}).get(LABEL_SERVICE_NAME)
     return [f"{meta.get('namespace', '')}/{name}"] if name else []
-
-
-def _selects(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
-    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
 def _meta(o: Obj) -> Obj:
@@ -117,21 +112,7 @@ class EndpointSliceController:
             on_add=slice_changed, on_update=slice_changed, on_delete=slice_changed
         )
 
-        def pod_changed(pod: Obj, old: Obj | None = None) -> None:
-            labels = [_meta(pod).get("labels") or {}]
-            if old is not None:
-                labels.append(_meta(old).get("labels") or {})
-            ns = str(_meta(pod).get("namespace") or "")
-            for svc in self.services.by_index(NAMESPACE_INDEX, ns):
-                selector = (svc.get("spec") or {}).get("selector") or {}
-                if any(_selects(selector, lb) for lb in labels):
-                    c.enqueue(object_key(svc))
-
-        self.pods.add_event_handler(
-            on_add=pod_changed,
-            on_update=lambda old, new: pod_changed(new, old),
-            on_delete=lambda obj: pod_changed(deleted_object(obj)),
-        )
+        enqueue_selecting_services(self.pods, self.services, c.enqueue)
         return c
 
     def _plan(self, key: str, svc: Obj | None, slices: list[Obj]) -> Plan:

@@ -42,10 +42,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from orchestrator.controllers.runtime.informer import (
+    NAMESPACE_INDEX,
+    SharedInformer,
+    deleted_object,
+    object_key,
+)
 from orchestrator.kube.conditions import condition_true, get_condition
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.columns import parse_rfc3339
@@ -62,6 +68,7 @@ __all__ = [
     "claim",
     "controller_ref",
     "creation_time",
+    "enqueue_selecting_services",
     "ensure_orphan_index",
     "int_value",
     "is_pod_active",
@@ -72,6 +79,8 @@ __all__ = [
     "pod_ready_since",
     "pod_template_hash",
     "safe_encode",
+    "selector_matches",
+    "target_port",
 ]
 
 
@@ -310,3 +319,46 @@ class Expectations:
     def expires_in(self, key: str, now: float) -> float | None:
         rec = self._records.get(key)
         return None if rec is None else max(0.0, rec.at + self.timeout - now)
+
+
+def selector_matches(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
+    """A Service's map selector: non-empty, and each of its pairs among `labels`."""
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def target_port(pod: Obj, target: Any) -> int | None:
+    """A Service port's `targetPort` on `pod`: a number as is, a name looked up among the
+    pod's container ports (None: the pod has no port of that name)."""
+    if isinstance(target, int) and not isinstance(target, bool):
+        return target
+    text = str(target)
+    if text.isdigit():
+        return int(text)
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for p in (c or {}).get("ports") or []:
+            if isinstance(p, dict) and p.get("name") == text and p.get("containerPort"):
+                return int(p["containerPort"])
+    return None
+
+
+def enqueue_selecting_services(
+    pods: SharedInformer, services: SharedInformer, enqueue: Callable[[str], None]
+) -> None:
+    """On each pod event, `enqueue` the key of every Service of the pod's namespace whose
+    selector matches the pod's new or old labels (`services` indexed by `NAMESPACE_INDEX`)."""
+
+    def changed(pod: Obj, old: Obj | None = None) -> None:
+        meta = pod.get("metadata") or {}
+        labels = [meta.get("labels") or {}]
+        if old is not None:
+            labels.append((old.get("metadata") or {}).get("labels") or {})
+        for svc in services.by_index(NAMESPACE_INDEX, str(meta.get("namespace") or "")):
+            selector = (svc.get("spec") or {}).get("selector") or {}
+            if any(selector_matches(selector, lb) for lb in labels):
+                enqueue(object_key(svc))
+
+    pods.add_event_handler(
+        on_add=changed,
+        on_update=lambda old, new: changed(new, old),
+        on_delete=lambda obj: changed(deleted_object(obj)),
+    )

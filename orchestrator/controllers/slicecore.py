@@ -50,9 +50,12 @@ import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from orchestrator.controllers.podutil import is_pod_ready
+from orchestrator.controllers.podutil import (
+    is_pod_ready,
+    selector_matches,
+    target_port,
+)
 from orchestrator.kube.objects import Obj
 from orchestrator.kube.schema.discovery_v1 import LABEL_MANAGED_BY, LABEL_SERVICE_NAME
 
@@ -123,23 +126,6 @@ def _pod_ip(pod: Obj, address_type: str) -> str | None:
     return None
 
 
-def _selects(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
-    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
-
-
-def _resolve_port(pod: Obj, target: Any) -> int | None:
-    if isinstance(target, int) and not isinstance(target, bool):
-        return target
-    text = str(target)
-    if text.isdigit():
-        return int(text)
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        for p in (c or {}).get("ports") or []:
-            if isinstance(p, dict) and p.get("name") == text and p.get("containerPort"):
-                return int(p["containerPort"])
-    return None
-
-
 def _target_ref(kind: str, meta: Obj) -> Obj:
     ref = {"kind": kind, "namespace": meta.get("namespace", ""), "name": meta.get("name", "")}
     if meta.get("uid"):
@@ -159,7 +145,7 @@ def pod_groups(service: Obj, pods: Iterable[Obj]) -> Groups:
     for pod in pods:
         meta = pod.get("metadata") or {}
         pod_spec = pod.get("spec") or {}
-        if not _selects(selector, meta.get("labels") or {}):
+        if not selector_matches(selector, meta.get("labels") or {}):
             continue
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
@@ -168,7 +154,7 @@ def pod_groups(service: Obj, pods: Iterable[Obj]) -> Groups:
             continue
         ports = []
         for sp in svc_ports:
-            number = _resolve_port(pod, sp.get("targetPort", sp.get("port")))
+            number = target_port(pod, sp.get("targetPort", sp.get("port")))
             if number is not None:
                 ports.append(
                     (
