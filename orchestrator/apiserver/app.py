@@ -126,8 +126,10 @@ class Response:
         stream: AsyncIterator[bytes] | None = None,
         timeout: float | None = None,
         headers: dict[str, str] | None = None,
+        pieces: list[bytes] | None = None,
     ) -> None:
         self.headers = headers or {}  # extra headers (a 429's Retry-After)
+        self.pieces = pieces  # the body already encoded, in pieces (a list; never empty)
         self.status = status
         self.body = body
         self.content_type = content_type
@@ -197,7 +199,9 @@ class ApiApp:
         headers += [(k.lower().encode(), v.encode()) for k, v in response.headers.items()]
         if response.stream is None:
             pieces = (
-                [response.body]
+                response.pieces
+                if response.pieces is not None
+                else [response.body]
                 if isinstance(response.body, bytes)
                 else await encode_json(response.body)  # a long list in slices
                 if response.body is not None
@@ -396,10 +400,12 @@ class ApiApp:
             return Response(200, obj)
         if verb == "list":
             opts = ListOptions.parse(query)
+            # Encoded as the objects are read: a long list is held as bytes, not objects.
             if as_table:
-                objs, revision, token = await api.list_items(call, kind, ns, opts)
-                return Response(200, self._table(kind, objs, query, str(revision), token))
-            return Response(200, await api.list_objects(call, kind, ns, opts))
+                include = query.get("includeObject")
+                pieces = await api.list_table_json(call, kind, ns, opts, include)
+                return Response(200, pieces=pieces)
+            return Response(200, pieces=await api.list_json(call, kind, ns, opts))
         if verb == "watch":
             watch_opts = WatchOptions.parse(query)
             events = await open_watch(api, call, kind, ns, watch_opts, name=name)

@@ -39,15 +39,19 @@ class Api(Handler):
     async def get(self, call: Call, kind: Kind, ns: str, name: str, *, rv: str = "") -> Obj:
         return await get.get_object(self, call, kind, ns, name, rv=rv)
 
-    async def list_items(
-        self, call: Call, kind: Kind, ns: str, opts: ListOptions
-    ) -> tuple[list[Obj], int, str | None]:
-        """The list verb as its parts: objects, revision, continue token (for a Table)."""
-        return await get.list_items(self, call, kind, ns, opts)
-
     async def list_objects(self, call: Call, kind: Kind, ns: str, opts: ListOptions) -> Obj:
         """The list verb: a `<Kind>List`."""
         return await get.list_objects(self, call, kind, ns, opts)
+
+    async def list_json(self, call: Call, kind: Kind, ns: str, opts: ListOptions) -> list[bytes]:
+        """The list verb's `<Kind>List` as JSON, in pieces (each object encoded as it is read)."""
+        return await get.list_json(self, call, kind, ns, opts)
+
+    async def list_table_json(
+        self, call: Call, kind: Kind, ns: str, opts: ListOptions, include_object: str
+    ) -> list[bytes]:
+        """The list verb as a Table, as JSON in pieces (`include_object`: the query's)."""
+        return await get.list_table_json(self, call, kind, ns, opts, include_object)
 
     # ------------------------------------------------------------------ writes
     async def create(self, call: Call, kind: Kind, ns: str, body: Any) -> Obj:

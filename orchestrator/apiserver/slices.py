@@ -14,6 +14,8 @@ work passed since the last one (a checkpoint per item would cost a scheduling ro
 under load, and a small request never pays one). `encode_json` is `codec.dumps` for a body whose
 last member is a long list (a List's `items`, a Table's `rows`): the same bytes, in pieces of
 about `PIECE_BYTES`, encoded item by item between pauses; any other body is encoded whole.
+A list or Table response is not made as a body first: `ItemsEncoder` encodes each object as
+it is selected, between the same pauses (`get.list_json`, `get.list_table_json`).
 """
 
 from __future__ import annotations
@@ -61,26 +63,58 @@ def long_list(body: Any) -> str | None:
     return None
 
 
+class ItemsEncoder:
+    """A body whose last member is a long list, encoded an item at a time as the items come
+    (a list's objects as they are selected, so that only their bytes are held, not the
+    decoded objects: 1,000 pods are about 25 MiB of dicts and 3 MiB of JSON), in pieces of
+    about `PIECE_BYTES`; `finish` adds the rest of the body, which may be known only then (a
+    List's resourceVersion and continue token). The pieces, joined, are `codec.dumps` of the
+    body with its items."""
+
+    __slots__ = ("_count", "_current", "_pieces", "_size")
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes] = []
+        self._current: list[bytes] = []
+        self._size = 0
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, item: Any) -> None:
+        data = dumps(item)
+        if self._count:
+            self._current.append(b",")
+        self._current.append(data)
+        self._count += 1
+        self._size += len(data) + 1
+        if self._size >= PIECE_BYTES:
+            self._pieces.append(b"".join(self._current))
+            self._current, self._size = [], 0
+
+    def finish(self, body: dict[str, Any]) -> list[bytes]:
+        """The pieces of `body` with the items added, `body`'s last member being an empty
+        list (where they go); never empty, no piece empty. The encoder is spent."""
+        head = dumps(body)  # ...,"items":[]}
+        if not head.endswith(b"[]}") or body[next(reversed(body))] != []:
+            raise ValueError("the body's last member must be an empty list")
+        self._current.append(b"]}")
+        pieces, self._pieces = self._pieces, []
+        pieces.append(b"".join(self._current))
+        self._current = []
+        pieces[0] = head[:-2] + pieces[0]  # ...,"items":[ and the first items
+        return pieces
+
+
 async def encode_json(body: Any, timeslice: TimeSlice | None = None) -> list[bytes]:
     """`dumps(body)` as a list of pieces (see the module doc); never empty."""
     key = long_list(body)
     if key is None:
         return [dumps(body)]
     ts = timeslice or TimeSlice()
-    head = dumps({**body, key: []})  # ...,"items":[]}
-    pieces: list[bytes] = []
-    current = [head[:-2]]  # ...,"items":[
-    size = len(current[0])
-    for i, item in enumerate(body[key]):
+    encoder = ItemsEncoder()
+    for item in body[key]:
         await ts.pause()
-        data = dumps(item)
-        if i:
-            current.append(b",")
-        current.append(data)
-        size += len(data) + 1
-        if size >= PIECE_BYTES:
-            pieces.append(b"".join(current))
-            current, size = [], 0
-    current.append(b"]}")
-    pieces.append(b"".join(current))
-    return pieces
+        encoder.add(item)
+    return encoder.finish({**body, key: []})

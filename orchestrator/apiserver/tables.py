@@ -72,6 +72,15 @@ def include_object(text: str) -> str:
     )
 
 
+def row(cols: tuple[Column, ...], obj: Obj, now: float, include: str) -> Obj:
+    """The Table row of `obj` (`cols` from `columns_of`, `include` from `include_object`)."""
+    out: Obj = {"cells": [_cell(c, obj, now) for c in cols]}
+    ro = _row_object(obj, include)
+    if ro is not None:
+        out["object"] = ro
+    return out
+
+
 def table(
     kind: Kind,
     objs: list[Obj],
@@ -82,14 +91,8 @@ def table(
     include: str = "Metadata",
     with_columns: bool = True,
 ) -> Obj:
+    """The Table of `objs`; its last member is `rows` (which `slices.ItemsEncoder` needs)."""
     cols = columns_of(kind)
-    rows = []
-    for obj in objs:
-        row: Obj = {"cells": [_cell(c, obj, now) for c in cols]}
-        ro = _row_object(obj, include)
-        if ro is not None:
-            row["object"] = ro
-        rows.append(row)
     meta: Obj = {}
     if resource_version:
         meta["resourceVersion"] = resource_version
@@ -100,5 +103,5 @@ def table(
         "apiVersion": "meta.k8s.io/v1",
         "metadata": meta,
         "columnDefinitions": _definitions(kind) if with_columns else [],
-        "rows": rows,
+        "rows": [row(cols, obj, now, include) for obj in objs],
     }
