@@ -257,7 +257,8 @@ def cold_start(root: Path, *extra: str, keep: bool = False) -> tuple[Obj, Proc |
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(notify_path)
     sock.setblocking(False)
-    argv = server_argv(data, "--node-name", NODE, *extra)
+    # one node runs all the pods: a podCIDR of 4,094 addresses (a /24 holds 254)
+    argv = server_argv(data, "--node-name", NODE, "--node-cidr-mask-size", "20", *extra)
     kubeconfig = data / "kubeconfig.yaml"
     t0 = time.monotonic()
     proc = Proc(argv, root / "server.log", child_env(notify_path))

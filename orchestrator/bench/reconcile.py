@@ -59,6 +59,7 @@ from orchestrator.controllers.runtime import InProcessClient
 from orchestrator.kube.errors import ApiError
 from orchestrator.kube.objects import Obj
 from orchestrator.metrics import REGISTRY
+from orchestrator.network.settings import NetworkSettings
 from orchestrator.raft.node import NodeConfig
 from orchestrator.scheduler.scheduler import Scheduler
 from orchestrator.security.authn import User
@@ -73,6 +74,7 @@ ADMIN = User("bench-admin", ("system:masters", "system:authenticated"))
 NAMESPACE = "bench"
 CREATE_PARALLELISM = 8
 RSS_SAMPLE_INTERVAL = 0.2  # seconds between samples of the current RSS during the run
+BENCH_CLUSTER_CIDR = "10.128.0.0/9"  # pods; beside the default service CIDR 10.43.0.0/16
 IDLE_SECONDS = 10.0  # the CLI's default idle window: one Lease renewal interval
 IDLE_SETTLE = 10.0  # every node has renewed once by then (renewal phases: see simengine)
 # Taints the node lifecycle controller puts on a node whose Lease expired.
@@ -307,6 +309,8 @@ async def run_bench(
             "127.0.0.1:0",
             token="bench",
             api=ApiOptions(root, "127.0.0.1:0", tls=nodes_over_http, cluster_token="bench"),
+            # a podCIDR (/24) for each of up to 32,768 nodes, as a site this size would set
+            network=NetworkSettings.create(cluster_cidr=BENCH_CLUSTER_CIDR),
         )
         server = Server(opts)
         async with trio.open_nursery() as nursery:

@@ -195,6 +195,14 @@ def add_parser(sub: Any) -> None:
         f"(default {net.DEFAULT_CLUSTER_DNS}, as k3s)",
     )
     s.add_argument(
+        "--node-cidr-mask-size",
+        type=int,
+        default=net.DEFAULT_NODE_CIDR_MASK,
+        metavar="BITS",
+        help=f"prefix length of each node's podCIDR (default {net.DEFAULT_NODE_CIDR_MASK}: "
+        "254 pod addresses per node; 22 gives 1,022)",
+    )
+    s.add_argument(
         "--cluster-domain",
         default=net.DEFAULT_CLUSTER_DOMAIN,
         metavar="DOMAIN",
@@ -337,6 +345,7 @@ def main(args: argparse.Namespace) -> int:
             service_cidr=args.service_cidr,
             cluster_dns=args.cluster_dns,
             cluster_domain=args.cluster_domain,
+            node_cidr_mask_size=args.node_cidr_mask_size,
         )
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
