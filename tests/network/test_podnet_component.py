@@ -34,7 +34,7 @@ async def wait_until(ok: Callable[[], bool], within: float = 30.0) -> None:
 
 
 async def test_simulated_node_takes_its_pod_cidr_and_keeps_its_view(
-    tmp_path: Path, autojump_clock: trio.abc.Clock
+    tmp_path: Path, thread_clock: trio.testing.MockClock
 ) -> None:
     api = FakeNodes()
     api.put(node("a", "10.42.3.0/24", "192.0.2.10"))

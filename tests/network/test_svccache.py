@@ -67,7 +67,7 @@ def _names(objs: list[dict[str, Any]]) -> list[str]:
 
 
 async def test_follows_the_api_and_restores_from_the_store(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
+    tmp_path: Path, thread_clock: trio.testing.MockClock
 ) -> None:
     api = FakeApi()
     api.put(SERVICES, _svc("web", "10.43.0.20"))
@@ -129,7 +129,7 @@ async def test_follows_the_api_and_restores_from_the_store(
 
 
 async def test_a_missing_kind_does_not_stop_the_others(
-    autojump_clock: trio.testing.MockClock,
+    thread_clock: trio.testing.MockClock,
 ) -> None:
     api = FakeApi()
     api.missing.add("endpointslices")  # a server without discovery.k8s.io (yet)
@@ -144,7 +144,7 @@ async def test_a_missing_kind_does_not_stop_the_others(
 
 
 async def test_after_a_reboot_with_the_api_down_the_proxy_programs_the_stored_rules(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
+    tmp_path: Path, thread_clock: trio.testing.MockClock
 ) -> None:
     """Edge autonomy end to end (minus the kernel): the stored copy -> cache -> node proxy."""
     from orchestrator.agent.net.proxy import NodeProxy, ProxyOptions
@@ -178,7 +178,7 @@ async def test_after_a_reboot_with_the_api_down_the_proxy_programs_the_stored_ru
 
 
 async def test_changes_since_names_the_services_changed(
-    autojump_clock: trio.testing.MockClock,
+    thread_clock: trio.testing.MockClock,
 ) -> None:
     """Service and slice events name their Service (a slice's old and new one when its label
     moves); the switch from the stored copy and a too old version say "unknown" (None)."""
